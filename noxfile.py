@@ -1,0 +1,79 @@
+"""Sessions for the tc monorepo. ``nox -l`` lists them; each says what it is for."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+PINS = ["torch==2.13.0", "triton==3.6.0"]
+TEST_TOOLS = ["pytest>=8", "hypothesis>=6", "pytest-timeout"]
+PACKAGES = ["tc-ir", "tc-capture", "tc-autograd", "tc-inductor", "tc-runtime", "tc"]
+
+nox.options.sessions = ["lint", "deps", "tests"]
+nox.options.reuse_existing_virtualenvs = True
+
+
+def _declared_ours(package: str) -> list[str]:
+    """Our packages that ``package`` declares as dependencies, transitively."""
+    meta = tomllib.loads((ROOT / "packages" / package / "pyproject.toml").read_text())
+    direct = [d.split(">")[0].split("=")[0].split(";")[0].strip() for d in meta["project"]["dependencies"]]
+    found: list[str] = []
+    for dep in direct:
+        if dep in PACKAGES:
+            found += [d for d in _declared_ours(dep) + [dep] if d not in found]
+    return found
+
+
+def _install(session: nox.Session, packages: list[str]) -> None:
+    session.install(*PINS, *TEST_TOOLS)
+    editable = [arg for p in packages for arg in ("-e", str(ROOT / "packages" / p))]
+    session.install("--no-build-isolation", *editable)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Every test: the dependency check, each package's unit tests, and the integration tests in tests/."""
+    _install(session, PACKAGES)
+    session.run("python", str(ROOT / ".ci" / "check_deps.py"))
+    dirs = [f"packages/{p}/tests" for p in PACKAGES] + ["tests"]
+    session.run("pytest", *dirs, *session.posargs, env={"TRITON_INTERPRET": "1"})
+
+
+@nox.session
+@nox.parametrize("name", [nox.param(p, id=p) for p in PACKAGES])
+def package(session: nox.Session, name: str) -> None:
+    """One package's tests with only it and its declared dependencies installed (proves separability)."""
+    _install(session, _declared_ours(name) + [name])
+    session.run("pytest", f"packages/{name}/tests", *session.posargs, env={"TRITON_INTERPRET": "1"})
+
+
+@nox.session
+def deps(session: nox.Session) -> None:
+    """Fail if a package imports one of ours that it does not declare, or breaks DESIGN.md's direction."""
+    session.run("python", str(ROOT / ".ci" / "check_deps.py"))
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """Install tc and run the demo: a model compiled, checked against eager, and timed."""
+    _install(session, PACKAGES)
+    session.run("python", "examples/demo.py", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff over every package, the tests, benchmarks and this file."""
+    session.install("ruff")
+    session.run("ruff", "check", "packages", "tests", "benchmarks", "examples", "noxfile.py", ".ci")
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """The benchmarks (not in CI): pass a script name, e.g. ``nox -s bench -- models``."""
+    _install(session, PACKAGES)
+    scripts = session.posargs or ["models"]
+    for script in scripts:
+        session.run("python", f"benchmarks/{script}.py")

@@ -1,0 +1,104 @@
+"""Graph values: one mutable ``Node`` class whose use-def links stay right when its args change."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+if TYPE_CHECKING:
+    from .graph import Graph
+
+# What a node is: a graph input, a named tensor the graph holds (parameter or constant), or a call.
+NODE_OPS = ("input", "param", "constant", "call")
+
+
+def map_structure(value: Any, fn: Callable[[Any], Any]) -> Any:
+    """Apply ``fn`` to every leaf of nested tuples/lists/dicts/slices, keeping the structure."""
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(map_structure(v, fn) for v in value))
+    if isinstance(value, (tuple, list)):
+        return type(value)(map_structure(v, fn) for v in value)
+    if isinstance(value, dict):
+        return {k: map_structure(v, fn) for k, v in value.items()}
+    if isinstance(value, slice):
+        return slice(*(map_structure(v, fn) for v in (value.start, value.stop, value.step)))
+    return fn(value)
+
+
+def leaves(value: Any) -> Iterator[Any]:
+    """Every leaf of a nested structure, in order."""
+    found: list[Any] = []
+    map_structure(value, found.append)
+    return iter(found)
+
+
+def nodes_in(value: Any) -> list[Node]:
+    return [v for v in leaves(value) if isinstance(v, Node)]
+
+
+class Node:
+    """One value of a :class:`~tc_ir.Graph`.
+
+    ``op`` is one of ``NODE_OPS``. For ``call`` nodes ``target`` is a torch function, an
+    ``operator`` function, a ``torch.ops`` overload, a tensor method name (a ``str``), or a
+    higher-order op such as :func:`tc_ir.ops.cond` whose args hold sub-graphs. For ``input``
+    nodes it is ``None``; for ``param``/``constant`` nodes it is the name the value is stored
+    under in ``graph.tensors``. ``users`` lists the nodes whose args read this one, and is kept
+    current by the ``args``/``kwargs`` setters.
+    """
+
+    __slots__ = ("graph", "name", "op", "target", "spec", "meta", "users", "_args", "_kwargs")
+
+    def __init__(self, graph: Graph, name: str, op: str, target: Any, args: tuple, kwargs: dict, spec: Any):
+        self.graph, self.name, self.op, self.target, self.spec = graph, name, op, target, spec
+        self.meta: dict[str, Any] = {}
+        self.users: dict[Node, None] = {}
+        self._args: tuple = ()
+        self._kwargs: dict = {}
+        self._set_inputs(tuple(args), dict(kwargs))
+
+    @property
+    def args(self) -> tuple:
+        return self._args
+
+    @args.setter
+    def args(self, value: tuple) -> None:
+        self._set_inputs(tuple(value), self._kwargs)
+
+    @property
+    def kwargs(self) -> dict:
+        return self._kwargs
+
+    @kwargs.setter
+    def kwargs(self, value: dict) -> None:
+        self._set_inputs(self._args, dict(value))
+
+    @property
+    def inputs(self) -> list[Node]:
+        """The nodes this node reads, in order, each once."""
+        return list(dict.fromkeys(nodes_in((self._args, self._kwargs))))
+
+    def _set_inputs(self, args: tuple, kwargs: dict) -> None:
+        for old in self.inputs:
+            old.users.pop(self, None)
+        self._args, self._kwargs = args, kwargs
+        for new in self.inputs:
+            new.users[self] = None
+
+    def replace_input(self, old: Node, new: Any) -> None:
+        swap = lambda v: new if v is old else v  # noqa: E731
+        self._set_inputs(map_structure(self._args, swap), map_structure(self._kwargs, swap))
+
+    def replace_all_uses_with(self, new: Any) -> list[Node]:
+        """Point every user (and the graph's output) at ``new``; returns the users changed."""
+        changed = list(self.users)
+        for user in changed:
+            user.replace_input(self, new)
+        self.graph.replace_output(self, new)
+        return changed
+
+    @property
+    def is_output(self) -> bool:
+        return self in self.graph.output_nodes
+
+    def __repr__(self) -> str:
+        return f"%{self.name}"

@@ -1,0 +1,111 @@
+"""Pass utilities. Each pass is a pure function: it returns a new graph and leaves its input alone."""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any, Iterable
+
+import networkx as nx
+
+from .graph import Graph
+from .node import Node, map_structure
+from .targets import is_pure, target_name
+from .text import format_value
+
+
+def node_is_pure(node: Node) -> bool:
+    """A call that may be removed when unused and merged with an identical call."""
+    if node.op != "call" or not is_pure(node.target):
+        return False
+    subgraphs = [a for a in node.args if isinstance(a, Graph)]
+    return all(node_is_pure(inner) for g in subgraphs for inner in g.calls)
+
+
+def dce(graph: Graph) -> Graph:
+    """Remove pure calls whose results nothing reads (held values too, when unread)."""
+    graph = graph.copy()
+    for node in reversed(graph.nodes):
+        unused = not node.users and node not in graph.output_nodes
+        if unused and (node_is_pure(node) or node.op in ("param", "constant")):
+            graph.erase(node)
+    return graph
+
+
+def cse(graph: Graph) -> Graph:
+    """Merge pure calls of the same target on the same args into the first of them."""
+    graph = graph.copy()
+    seen: dict[str, Node] = {}
+    for node in list(graph.nodes):
+        if not node_is_pure(node):
+            continue
+        key = f"{target_name(node.target)}({format_value(node.args)}, {format_value(node.kwargs)})"
+        if key in seen:
+            node.replace_all_uses_with(seen[key])
+            graph.erase(node)
+        else:
+            seen[key] = node
+    return graph
+
+
+def topo_sort(graph: Graph) -> Graph:
+    """Reorder nodes so every use follows its definition, keeping the given order where legal."""
+    graph = graph.copy()
+    position = {node: i for i, node in enumerate(graph.nodes)}
+    waiting = {node: len(node.inputs) for node in graph.nodes}
+    ready = [(position[n], n.name) for n, count in waiting.items() if count == 0]
+    heapq.heapify(ready)
+    by_name = {n.name: n for n in graph.nodes}
+    order: list[Node] = []
+    while ready:
+        node = by_name[heapq.heappop(ready)[1]]
+        order.append(node)
+        for user in node.users:
+            waiting[user] -= 1
+            if waiting[user] == 0:
+                heapq.heappush(ready, (position[user], user.name))
+    if len(order) != len(graph.nodes):
+        stuck = sorted(n.name for n, count in waiting.items() if count > 0)
+        raise ValueError(f"graph {graph.name} has a cycle through {stuck}")
+    graph.nodes[:] = order
+    return graph
+
+
+def dependency_graph(graph: Graph) -> nx.DiGraph:
+    """The data-flow DAG as networkx: one vertex per node, an edge from each input to its user."""
+    dag = nx.DiGraph()
+    dag.add_nodes_from(graph.nodes)
+    dag.add_edges_from((used, node) for node in graph.nodes for used in node.inputs)
+    return dag
+
+
+def extract(graph: Graph, nodes: Iterable[Node], name: str = "extracted") -> Graph:
+    """A new graph computing ``nodes`` (kept in graph order).
+
+    Values read from outside the set become inputs (named as in ``graph``); values of the set
+    read outside it, or returned by ``graph``, become the outputs, as a tuple. The names of the
+    original nodes are in ``meta["inputs_from"]`` and ``meta["outputs_to"]``.
+    """
+    chosen = set(nodes)
+    inside = [n for n in graph.nodes if n in chosen]
+    new = Graph(name)
+    mapping: dict[Node, Node] = {}
+
+    def remap(value: Any) -> Any:
+        if isinstance(value, Node) and value not in mapping:
+            mapping[value] = new.input(value.name, value.spec)
+        return mapping.get(value, value) if isinstance(value, Node) else value
+
+    for node in inside:
+        if node.op in ("param", "constant"):
+            mapping[node] = new._hold(node.target, node.op, graph.tensors[node.target])
+            continue
+        if node.op == "input":
+            remap(node)
+            continue
+        args, kwargs = map_structure((node.args, node.kwargs), remap)
+        mapping[node] = new._add(node.name, "call", node.target, args, kwargs, node.spec)
+    escaping = [n for n in inside if n in graph.output_nodes or any(u not in chosen for u in n.users)]
+    new.output(tuple(mapping[n] for n in escaping))
+    new.meta["inputs_from"] = [n.name for n in new.inputs]
+    new.meta["outputs_to"] = [n.name for n in escaping]
+    return new

@@ -1,0 +1,173 @@
+"""Value specs: what a graph value is (shape, dtype, device, strides) without holding data."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import attrs
+import sympy
+import torch
+
+Dim = "int | sympy.Expr"
+
+_SHORT_DTYPES = {
+    torch.float32: "f32",
+    torch.float64: "f64",
+    torch.float16: "f16",
+    torch.bfloat16: "bf16",
+    torch.int64: "i64",
+    torch.int32: "i32",
+    torch.int16: "i16",
+    torch.int8: "i8",
+    torch.uint8: "u8",
+    torch.bool: "b8",
+    torch.complex64: "c64",
+    torch.complex128: "c128",
+}
+
+
+def _all_dtypes() -> dict[str, torch.dtype]:
+    found = {str(v).removeprefix("torch."): v for v in vars(torch).values() if isinstance(v, torch.dtype)}
+    found.update({short: dtype for dtype, short in _SHORT_DTYPES.items()})
+    return found
+
+
+DTYPES_BY_NAME: dict[str, torch.dtype] = _all_dtypes()
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """Short, stable text name of a dtype: ``f32``, ``bf16``, ``i64`` or torch's own name."""
+    return _SHORT_DTYPES.get(dtype) or str(dtype).removeprefix("torch.")
+
+
+def sym(name: str) -> sympy.Symbol:
+    """The symbol tc uses for a dynamic size: a positive integer named ``name`` (``s0``, ``s1``...)."""
+    return sympy.Symbol(name, integer=True, positive=True)
+
+
+def parse_dim(text: str) -> int | sympy.Expr:
+    """Parse a size written by :func:`format_dim` (an int or a sympy expression over size symbols)."""
+    text = text.strip()
+    if text.lstrip("-").isdigit():
+        return int(text)
+    expr = sympy.sympify(text)
+    return expr.subs({s: sym(s.name) for s in expr.free_symbols})
+
+
+def format_dim(dim: int | sympy.Expr) -> str:
+    return str(dim)
+
+
+def normalize_dim(dim: Any) -> int | sympy.Expr:
+    if isinstance(dim, sympy.Expr):
+        return int(dim) if dim.is_Integer else dim
+    if isinstance(dim, torch.SymInt):
+        return normalize_dim(dim.node.expr)
+    return int(dim)
+
+
+def contiguous_strides(shape: Sequence[int | sympy.Expr]) -> tuple[int | sympy.Expr, ...]:
+    strides, running = [], 1
+    for size in reversed(shape):
+        strides.append(running)
+        running = normalize_dim(running * (max(size, 1) if isinstance(size, int) else size))
+    return tuple(reversed(strides))
+
+
+@attrs.frozen
+class TensorSpec:
+    """The static facts about a tensor value.
+
+    >>> TensorSpec((4, 8), torch.float32)
+    TensorSpec(f32[4, 8] cpu)
+
+    ``shape`` entries are ints or sympy expressions over symbols made by :func:`sym`.
+    ``stride`` defaults to the contiguous strides of ``shape``.
+    """
+
+    shape: tuple = attrs.field(converter=lambda s: tuple(normalize_dim(d) for d in s))
+    dtype: torch.dtype = torch.float32
+    device: torch.device = attrs.field(default=torch.device("cpu"), converter=torch.device)
+    stride: tuple = attrs.field(default=None)
+    requires_grad: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        if self.stride is None:
+            object.__setattr__(self, "stride", contiguous_strides(self.shape))
+        else:
+            object.__setattr__(self, "stride", tuple(normalize_dim(d) for d in self.stride))
+        if len(self.stride) != len(self.shape):
+            raise ValueError(f"stride {self.stride} does not match shape {self.shape}")
+
+    @classmethod
+    def from_tensor(cls, t: torch.Tensor) -> TensorSpec:
+        return cls(tuple(t.shape), t.dtype, t.device, tuple(t.stride()), t.requires_grad)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def is_static(self) -> bool:
+        return all(isinstance(d, int) for d in self.shape + self.stride)
+
+    @property
+    def numel(self) -> int | sympy.Expr:
+        return normalize_dim(sympy.Mul(*self.shape)) if not self.is_static else math.prod(self.shape)
+
+    @property
+    def is_contiguous(self) -> bool:
+        return all(
+            size == 1 or stride == want
+            for size, stride, want in zip(self.shape, self.stride, contiguous_strides(self.shape))
+        )
+
+    @property
+    def free_symbols(self) -> set[sympy.Symbol]:
+        return {s for d in self.shape + self.stride if isinstance(d, sympy.Expr) for s in d.free_symbols}
+
+    def with_(self, **changes: Any) -> TensorSpec:
+        return attrs.evolve(self, **changes)
+
+    def meta_tensor(self) -> torch.Tensor:
+        """An empty tensor on the meta device with this spec (static sizes only)."""
+        return torch.empty_strided(self.shape, self.stride, dtype=self.dtype, device="meta")
+
+    def __str__(self) -> str:
+        text = f"{dtype_name(self.dtype)}[{', '.join(map(format_dim, self.shape))}] {self.device}"
+        if not self.is_contiguous:
+            text += f" stride=[{', '.join(map(format_dim, self.stride))}]"
+        if self.requires_grad:
+            text += " grad"
+        return text
+
+    def __repr__(self) -> str:
+        return f"TensorSpec({self})"
+
+
+@attrs.frozen
+class ScalarSpec:
+    """A Python number or bool flowing through a graph (a size, ``.item()``, a flag)."""
+
+    type: type
+
+    def __str__(self) -> str:
+        return self.type.__name__
+
+
+Spec = "TensorSpec | ScalarSpec | tuple | None"
+SCALAR_TYPES = {t.__name__: t for t in (int, float, bool, complex)}
+
+
+def spec_of(value: Any) -> Any:
+    """The spec of a runtime value: TensorSpec, ScalarSpec, a tuple of specs, or None."""
+    if isinstance(value, torch.Tensor):
+        return TensorSpec.from_tensor(value)
+    if isinstance(value, torch.SymInt):
+        return ScalarSpec(int)
+    if isinstance(value, (bool, int, float, complex)):
+        return ScalarSpec(type(value))
+    if isinstance(value, (tuple, list)) and value and all(isinstance(v, torch.Tensor) for v in value):
+        return tuple(spec_of(v) for v in value)
+    return None

@@ -1,0 +1,3 @@
+"""tc_runtime (under construction)."""
+
+__version__ = "0.1.0"

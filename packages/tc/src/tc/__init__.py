@@ -1,0 +1,3 @@
+"""tc (under construction)."""
+
+__version__ = "0.1.0"
