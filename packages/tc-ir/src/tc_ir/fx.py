@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import sympy
 import torch
 import torch.fx as fx
+import torch.nn.functional as F
 
 from . import ops
 from .graph import Graph
@@ -24,15 +26,85 @@ class _InlineAllModules(fx.Tracer):
         return False
 
 
+def _held(graph: Graph, module: torch.nn.Module, path: str, attr: str) -> Node | None:
+    value = getattr(module, attr)
+    return None if value is None else _attribute(graph, module, attr, f"{path}.{attr}")
+
+
+def _call_linear(graph: Graph, m: torch.nn.Module, path: str, x: Any) -> Node:
+    return graph.call(F.linear, x, _held(graph, m, path, "weight"), _held(graph, m, path, "bias"))
+
+
+def _call_conv(graph: Graph, m: Any, path: str, x: Any) -> Node:
+    if m.padding_mode != "zeros":
+        raise NotImplementedError(f"{path}: padding_mode={m.padding_mode!r} has no functional form here")
+    fn = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[len(m.kernel_size)]
+    w, b = _held(graph, m, path, "weight"), _held(graph, m, path, "bias")
+    return graph.call(fn, x, w, b, m.stride, m.padding, m.dilation, m.groups)
+
+
+def _call_batch_norm(graph: Graph, m: Any, path: str, x: Any) -> Node:
+    if m.training and m.track_running_stats:
+        raise NotImplementedError(f"{path}: BatchNorm in training mode updates buffers; put it in eval()")
+    use_batch_stats = m.training or not m.track_running_stats
+    stats = [_held(graph, m, path, n) for n in ("running_mean", "running_var", "weight", "bias")]
+    return graph.call(F.batch_norm, x, *stats, use_batch_stats, m.momentum or 0.0, m.eps)
+
+
+def _call_layer_norm(graph: Graph, m: Any, path: str, x: Any) -> Node:
+    w, b = _held(graph, m, path, "weight"), _held(graph, m, path, "bias")
+    return graph.call(F.layer_norm, x, list(m.normalized_shape), w, b, m.eps)
+
+
+def _call_embedding(graph: Graph, m: Any, path: str, x: Any) -> Node:
+    return graph.call(F.embedding, x, _held(graph, m, path, "weight"), m.padding_idx)
+
+
+# Leaf modules that torch.fx keeps as ``call_module`` but whose forward has Python control flow
+# (so it cannot be traced through), mapped to the functional call they make.
+_MODULE_CALLS = {
+    torch.nn.Linear: _call_linear,
+    torch.nn.Conv1d: _call_conv,
+    torch.nn.Conv2d: _call_conv,
+    torch.nn.Conv3d: _call_conv,
+    torch.nn.BatchNorm1d: _call_batch_norm,
+    torch.nn.BatchNorm2d: _call_batch_norm,
+    torch.nn.BatchNorm3d: _call_batch_norm,
+    torch.nn.LayerNorm: _call_layer_norm,
+    torch.nn.Embedding: _call_embedding,
+}
+
+
+def _call_module(graph: Graph, gm: torch.nn.Module, path: str, args: tuple, kwargs: dict) -> Any:
+    module = gm.get_submodule(path)
+    rule = _MODULE_CALLS.get(type(module))
+    if rule is not None and not kwargs and len(args) == 1:
+        return rule(graph, module, path, args[0])
+    inner = from_fx(fx.GraphModule(module, _InlineAllModules().trace(module)), name=path.replace(".", "_"))
+    return _inline(graph, inner, path, args)
+
+
+def _inline(graph: Graph, inner: Graph, prefix: str, args: tuple) -> Any:
+    env: dict[Node, Any] = dict(zip(inner.inputs, args))
+    load = lambda value: map_structure(value, lambda v: env[v] if isinstance(v, Node) else v)  # noqa: E731
+    for node in inner.nodes:
+        if node.op in ("param", "constant"):
+            env[node] = getattr(graph, node.op)(f"{prefix}.{node.target}", inner.tensors[node.target])
+        elif node.op == "call":
+            a, k = load((node.args, node.kwargs))
+            env[node] = graph.call(node.target, *a, kwargs=k, spec=node.spec, name=node.name)
+    return load(inner.outputs)
+
+
 def from_fx(gm: torch.nn.Module, example_inputs: Sequence[Any] | None = None, name: str = "main") -> Graph:
     """Convert an ``fx.GraphModule`` (or any symbolically traceable module) to a ``tc_ir.Graph``.
 
-    Leaf-module calls are traced through, parameters and buffers become held values, and specs
-    come from the FX node metadata (Dynamo's fake values), from ``example_inputs``, or from
-    shape inference on the meta device.
+    Leaf-module calls become the functional calls they make (Linear -> ``F.linear``...),
+    parameters and buffers become held values, and specs come from the FX node metadata
+    (Dynamo's fake values), from ``example_inputs``, or from shape inference on the meta device.
     """
-    if not isinstance(gm, fx.GraphModule) or any(n.op == "call_module" for n in gm.graph.nodes):
-        gm = fx.GraphModule(gm, _InlineAllModules().trace(gm))
+    if not isinstance(gm, fx.GraphModule):
+        gm = fx.symbolic_trace(gm)
     graph = Graph(name)
     env: dict[fx.Node, Any] = {}
     placeholders = iter(example_inputs or ())
@@ -42,7 +114,9 @@ def from_fx(gm: torch.nn.Module, example_inputs: Sequence[Any] | None = None, na
             example = next(placeholders, None)
             env[node] = graph.input(node.name, _fx_spec(node) or spec_of(example))
         elif node.op == "get_attr":
-            env[node] = _attribute(graph, gm, node.target)
+            env[node] = _attribute(graph, gm, node.target, node.target)
+        elif node.op == "call_module":
+            env[node] = _call_module(graph, gm, node.target, *load((node.args, node.kwargs)))
         elif node.op in ("call_function", "call_method"):
             target = _HIGHER_ORDER.get(getattr(node.target, "__name__", None), node.target)
             args, kwargs = load((node.args, node.kwargs))
@@ -52,15 +126,17 @@ def from_fx(gm: torch.nn.Module, example_inputs: Sequence[Any] | None = None, na
     return graph
 
 
-def _attribute(graph: Graph, gm: torch.nn.Module, path: str) -> Node | Graph:
-    value = gm
+def _attribute(graph: Graph, root: torch.nn.Module, path: str, key: str) -> Node | Graph:
+    value = root
     for part in path.split("."):
         value = getattr(value, part)
     if isinstance(value, torch.nn.Module):
-        return from_fx(value, name=path.replace(".", "_"))
+        return from_fx(value, name=key.replace(".", "_"))
+    if key in graph.tensors:  # read twice: one held value
+        return next(n for n in graph.nodes if n.op in ("param", "constant") and n.target == key)
     if isinstance(value, torch.nn.Parameter):
-        return graph.param(path, value)
-    return graph.constant(path, value)
+        return graph.param(key, value)
+    return graph.constant(key, value)
 
 
 def _fx_spec(node: fx.Node) -> Any:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import torch
 
 if TYPE_CHECKING:
     from .graph import Graph
@@ -13,6 +16,8 @@ NODE_OPS = ("input", "param", "constant", "call")
 
 def map_structure(value: Any, fn: Callable[[Any], Any]) -> Any:
     """Apply ``fn`` to every leaf of nested tuples/lists/dicts/slices, keeping the structure."""
+    if isinstance(value, torch.Size):  # holds only sizes: a leaf
+        return fn(value)
     if isinstance(value, tuple) and hasattr(value, "_fields"):
         return type(value)(*(map_structure(v, fn) for v in value))
     if isinstance(value, (tuple, list)):
@@ -26,9 +31,16 @@ def map_structure(value: Any, fn: Callable[[Any], Any]) -> Any:
 
 def leaves(value: Any) -> Iterator[Any]:
     """Every leaf of a nested structure, in order."""
-    found: list[Any] = []
-    map_structure(value, found.append)
-    return iter(found)
+    if isinstance(value, (tuple, list)) and not isinstance(value, torch.Size):
+        for v in value:
+            yield from leaves(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from leaves(v)
+    elif isinstance(value, slice):
+        yield from leaves((value.start, value.stop, value.step))
+    else:
+        yield value
 
 
 def nodes_in(value: Any) -> list[Node]:

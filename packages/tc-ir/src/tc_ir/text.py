@@ -32,7 +32,7 @@ import torch
 
 from .graph import Graph
 from .node import Node, map_structure
-from .spec import DTYPES_BY_NAME, SCALAR_TYPES, ScalarSpec, TensorSpec, dtype_name, parse_dim, spec_of
+from .spec import DTYPES_BY_NAME, SCALAR_TYPES, ScalarSpec, TensorSpec, parse_dim, spec_of
 from .targets import resolve_target, target_name
 
 VERSION = 1
@@ -348,10 +348,11 @@ def copy_graph(graph: Graph, _copies: dict[int, Graph] | None = None) -> Graph:
             return copies[id(value)]
         return value
 
-    for node in graph.nodes:
-        args, kwargs = map_structure((node.args, node.kwargs), remap)
-        mapping[node] = new._add(node.name, node.op, node.target, args, kwargs, node.spec)
+    for node in graph.nodes:  # two passes, so a graph out of topological order copies too
+        mapping[node] = new._add(node.name, node.op, node.target, (), {}, node.spec)
         mapping[node].meta = dict(node.meta)
+    for node in graph.nodes:
+        mapping[node].args, mapping[node].kwargs = map_structure((node.args, node.kwargs), remap)
     new.output(map_structure(graph.outputs, remap))
     return new
 

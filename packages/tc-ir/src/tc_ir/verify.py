@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from .graph import Graph, infer_spec
 from .node import NODE_OPS, Node, leaves, nodes_in
 from .spec import ScalarSpec, TensorSpec, spec_of

@@ -1,0 +1,88 @@
+import operator
+
+import pytest
+import torch
+
+import tc_ir
+from tc_ir import Graph, TensorSpec
+
+aten = torch.ops.aten
+SPEC = TensorSpec((8,), torch.float32)
+
+
+def test_dce_keeps_impure_and_outputs():
+    g = Graph()
+    x = g.input("x", SPEC)
+    g.call(aten.exp.default, x)  # dead
+    g.call("add_", x, 1.0)  # mutation: kept
+    g.call(aten.rand.default, [3])  # advances the RNG: kept
+    g.constant("unused", torch.ones(2))
+    y = g.call(aten.neg.default, x)
+    g.output(y)
+    out = tc_ir.dce(g)
+    names = [n.name for n in out.nodes]
+    assert names == ["x", "add", "rand", "neg"]
+    assert "unused" not in out.tensors and len(g.nodes) == 6  # input graph unchanged
+    out.verify()
+
+
+def test_cse_merges_pure_but_not_random():
+    g = Graph()
+    x = g.input("x", SPEC)
+    a1 = g.call(aten.add.Tensor, x, 1.0)
+    a2 = g.call(aten.add.Tensor, x, 1.0)
+    a3 = g.call(aten.add.Tensor, x, 2.0)
+    r1 = g.call(aten.rand_like.default, x)
+    r2 = g.call(aten.rand_like.default, x)
+    g.output((a1, a2, a3, r1, r2))
+    out = tc_ir.cse(g)
+    a, b, c, d, e = out.outputs
+    assert a is b and a is not c and d is not e
+    out.verify()
+    t = torch.randn(8)
+    res = tc_ir.interpret(out, [t])
+    torch.testing.assert_close(res[1], t + 1)
+
+
+def test_topo_sort_restores_order_and_detects_cycles():
+    g = Graph()
+    x = g.input("x", SPEC)
+    a = g.call(aten.relu.default, x)
+    b = g.call(aten.neg.default, a)
+    g.output(b)
+    g.nodes.reverse()
+    fixed = tc_ir.topo_sort(g)
+    assert [n.name for n in fixed.nodes] == ["x", "relu", "neg"]
+    fixed.verify()
+    cyc = fixed.copy()
+    cyc.node("relu").args = (cyc.node("neg"),)
+    with pytest.raises(ValueError, match="cycle"):
+        tc_ir.topo_sort(cyc)
+
+
+def test_extract_subgraph_runs_like_the_region():
+    g = Graph()
+    x = g.input("x", SPEC)
+    w = g.param("w", torch.nn.Parameter(torch.randn(8)))
+    a = g.call(aten.mul.Tensor, x, w)
+    b = g.call(aten.exp.default, a)
+    c = g.call(aten.sin.default, b)
+    d = g.call(aten.add.Tensor, c, a)
+    g.output(d)
+    region = tc_ir.extract(g, [w, b, c, a])
+    region.verify()
+    assert region.meta["inputs_from"] == ["x"]
+    assert region.meta["outputs_to"] == ["mul", "sin"]
+    t = torch.randn(8)
+    mul, sin = tc_ir.interpret(region, [t])
+    torch.testing.assert_close(sin, torch.sin(torch.exp(t * g.tensors["w"])))
+
+
+def test_dependency_graph_is_a_dag_of_uses():
+    g = Graph()
+    x = g.input("x", SPEC)
+    a = g.call(operator.add, x, x)
+    b = g.call(operator.mul, a, x)
+    g.output(b)
+    dag = tc_ir.dependency_graph(g)
+    assert set(dag.edges) == {(x, a), (x, b), (a, b)}
