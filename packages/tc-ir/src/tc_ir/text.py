@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import ctypes
 import math
 import re
 from typing import Any
@@ -124,7 +125,8 @@ def _format_data(key: str, value: Any, with_bytes: bool) -> str:
 
 
 def _tensor_bytes(t: torch.Tensor) -> str:
-    raw = t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+    flat = t.detach().cpu().contiguous()
+    raw = ctypes.string_at(flat.data_ptr(), flat.numel() * flat.element_size())  # no numpy needed
     return base64.b64encode(raw).decode("ascii")
 
 
