@@ -1,0 +1,159 @@
+"""The decisions of the CUDA-graph runtime, free of CUDA calls so they are tested on the CPU.
+
+A *signature* identifies the calls one graph can serve: per argument, a tensor's shape, strides,
+dtype, device and requires_grad, or a scalar's type and value (a graph bakes scalars in). The
+:class:`Planner` keeps one :class:`ShapeState` per signature and answers, for each call, one of
+:class:`Replay`, :class:`Record` or :class:`Eager` (a plain call, with the reason).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+import torch
+
+Signature = tuple[Any, ...]
+_SCALARS = (bool, int, float, str, type(None))
+
+
+def signature(args: Sequence[Any]) -> Signature | str:
+    """The signature of ``args``, or a string saying why they have none (an unsupported argument)."""
+    parts: list[Any] = [torch.is_grad_enabled()]
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor):
+            parts.append((a.shape, a.stride(), a.dtype, a.device, a.requires_grad))
+        elif isinstance(a, _SCALARS):
+            parts.append((type(a), a))
+        else:
+            return f"input {i} is a {type(a).__name__}; graphs take tensors and scalars"
+    return tuple(parts)
+
+
+def describe(sig: Signature) -> str:
+    """Short text of a signature for log lines: the shapes and dtypes of its tensors."""
+    def one(part: Any) -> str:
+        if len(part) == 5:
+            shape, _, dtype, device, _ = part
+            return f"{str(dtype).removeprefix('torch.')}{list(shape)}@{device}"
+        return repr(part[1])
+    return "(" + ", ".join(one(p) for p in sig[1:]) + ")"
+
+
+def input_problem(args: Sequence[Any], static: frozenset[int],
+                  accepts: Callable[[torch.Tensor], bool]) -> str | None:
+    """Why these inputs cannot go into a graph (None when they can)."""
+    devices = set()
+    for i, a in enumerate(args):
+        if not isinstance(a, torch.Tensor):
+            continue
+        if a.layout != torch.strided:
+            return f"input {i} has layout {a.layout}; graphs need strided tensors"
+        if not accepts(a):
+            return f"input {i} is a {a.device.type.upper()} tensor; graphs need CUDA tensors"
+        if i not in static and any(st == 0 and n > 1 for st, n in zip(a.stride(), a.shape)):
+            # A buffer with these strides could not hold a copy of it (elements overlap).
+            return f"input {i} is expanded (stride 0); copy it with .contiguous() or mark it static"
+        devices.add(a.device)
+    if len(devices) > 1:
+        return f"inputs on several devices {sorted(map(str, devices))}"
+    return None
+
+
+def static_pointers(args: Sequence[Any], static: Sequence[int]) -> tuple[int, ...]:
+    """Addresses of the static inputs: a graph reads them in place, so they must not move."""
+    return tuple(args[i].data_ptr() if isinstance(args[i], torch.Tensor) else 0 for i in static)
+
+
+@attrs.frozen
+class Replay:
+    graph: Any
+
+
+@attrs.frozen
+class Record:
+    why: str
+
+
+@attrs.frozen
+class Eager:
+    reason: str
+    first: bool  # first time for this signature: the runtime logs it once
+    dropped: Any = None  # a graph this decision retired, for the runtime to release
+
+
+Decision = Replay | Record | Eager
+
+
+@attrs.define
+class ShapeState:
+    """What the runtime knows about one signature."""
+
+    graph: Any = None
+    pointers: tuple[int, ...] = ()
+    fallback: str | None = None
+    records: int = 0
+    replays: int = 0
+    eager_calls: int = 0
+
+
+@attrs.define
+class Planner:
+    """Per-signature bookkeeping: graph limits, moved static inputs, remembered fallbacks."""
+
+    max_graphs: int = 8
+    max_rerecords: int = 2
+    states: dict[Signature, ShapeState] = attrs.field(factory=dict)
+
+    @property
+    def graph_count(self) -> int:
+        return sum(s.graph is not None for s in self.states.values())
+
+    def fallbacks(self) -> dict[Signature, str]:
+        return {sig: s.fallback for sig, s in self.states.items() if s.fallback}
+
+    def decide(self, sig: Signature, pointers: tuple[int, ...]) -> Decision:
+        state = self.states.get(sig)
+        if state is None:
+            return self._new_shape(sig)
+        if state.fallback is not None:
+            state.eager_calls += 1
+            return Eager(state.fallback, first=False)
+        if state.graph is None:
+            return Record("first call with these shapes")
+        if state.pointers != pointers:
+            return self._moved(sig, state, pointers)
+        state.replays += 1
+        return Replay(state.graph)
+
+    def recorded(self, sig: Signature, graph: Any, pointers: tuple[int, ...]) -> Any:
+        """Note a new graph for ``sig``; returns the graph it replaces (None if none)."""
+        state = self.states.setdefault(sig, ShapeState())
+        old, state.graph, state.pointers = state.graph, graph, pointers
+        state.records += 1
+        return old
+
+    def give_up(self, sig: Signature, reason: str) -> Any:
+        """Plain calls from now on for ``sig``; returns the graph it drops (None if none)."""
+        state = self.states.setdefault(sig, ShapeState())
+        old, state.graph, state.fallback = state.graph, None, reason
+        state.eager_calls += 1
+        return old
+
+    def _new_shape(self, sig: Signature) -> Decision:
+        if self.graph_count >= self.max_graphs:
+            reason = (f"shape limit: {self.max_graphs} graphs recorded already (max_graphs); "
+                      "these shapes run without a graph")
+            self.give_up(sig, reason)
+            return Eager(reason, first=True)
+        self.states[sig] = ShapeState()
+        return Record("first call with these shapes")
+
+    def _moved(self, sig: Signature, state: ShapeState, pointers: tuple[int, ...]) -> Decision:
+        moved = [i for i, (a, b) in enumerate(zip(state.pointers, pointers)) if a != b]
+        if state.records > self.max_rerecords:
+            reason = (f"static inputs (positions {moved} of the static ones) moved after "
+                      f"{state.records} recordings; a graph reads them in place")
+            return Eager(reason, first=True, dropped=self.give_up(sig, reason))
+        return Record(f"static inputs {moved} moved (new data_ptr); recording again")

@@ -1,0 +1,91 @@
+"""The CUDA side of the runtime: static buffers, warm-up, capture into a pool, replay.
+
+Everything that needs a GPU lives here, behind two methods (:meth:`CudaRecorder.accepts` and
+:meth:`CudaRecorder.record`), so that the runtime's decisions run on the CPU against a fake.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+_shared_pool_lock = threading.Lock()
+_shared_pool: Any = None
+
+
+def shared_pool() -> Any:
+    """The memory pool every graph of this process records into unless told otherwise, so that
+    e.g. the forward and backward graphs of a training step reuse each other's temporaries."""
+    global _shared_pool
+    with _shared_pool_lock:
+        if _shared_pool is None:
+            _shared_pool = torch.cuda.graph_pool_handle()
+        return _shared_pool
+
+
+class RecordedGraph:
+    """One captured graph with the buffers it reads and the outputs it writes."""
+
+    def __init__(self, graph: torch.cuda.CUDAGraph, inputs: list[Any], outputs: Any,
+                 copied: Sequence[int], label: str):
+        self.graph = graph
+        self.inputs = inputs  # static buffers at copied positions, the caller's tensors elsewhere
+        self.outputs = outputs
+        self.copied = tuple(copied)
+        self.label = label
+        self.order = -1  # capture order in its pool, set by the output scheme
+
+    def replay(self, args: Sequence[Any]) -> Any:
+        with torch.no_grad():
+            for i in self.copied:
+                if args[i].data_ptr() != self.inputs[i].data_ptr():  # skip a self-copy
+                    self.inputs[i].copy_(args[i])
+        self.graph.replay()
+        return self.outputs
+
+
+class CudaRecorder:
+    """Records ``fn`` as a CUDA graph into ``pool`` (``warmup`` side-stream runs first)."""
+
+    def __init__(self, pool: Any = None, warmup: int = 1):
+        self.pool = pool
+        self.warmup = warmup
+
+    def accepts(self, t: torch.Tensor) -> bool:
+        return t.is_cuda
+
+    def record(self, fn: Callable[..., Any], args: Sequence[Any], static: frozenset[int],
+               label: str) -> RecordedGraph:
+        """Capture ``fn(*args)``; raises whatever the capture raises (the runtime falls back)."""
+        device = next(a.device for a in args if isinstance(a, torch.Tensor))
+        with torch.cuda.device(device), torch.no_grad():
+            copied = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in static]
+            inputs = [_static_copy(a) if i in copied else a for i, a in enumerate(args)]
+            stream = torch.cuda.Stream()
+            self._warm_up(fn, inputs, stream)
+            graph = torch.cuda.CUDAGraph()
+            pool = self.pool if self.pool is not None else shared_pool()
+            # thread_local: a CPU sync in *this* thread invalidates the capture (and we fall back);
+            # other threads (data loaders) may keep using CUDA meanwhile.
+            with torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local"):
+                outputs = fn(*inputs)
+        return RecordedGraph(graph, inputs, outputs, copied, label)
+
+    def _warm_up(self, fn: Callable[..., Any], inputs: list[Any], stream: torch.cuda.Stream) -> None:
+        # On the capture stream, so per-stream lazy state (cuBLAS workspaces, autotuning) is built
+        # before capture, where allocating or synchronising would be an error.
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(self.warmup):
+                fn(*inputs)
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+
+
+def _static_copy(t: torch.Tensor) -> torch.Tensor:
+    """A buffer with the same shape, strides and dtype, outside the graph pool, holding ``t``."""
+    buf = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+    return buf.copy_(t)

@@ -1,0 +1,188 @@
+"""``cudagraphify``: record a function as CUDA graphs, lazily, one per input signature.
+
+One call, in order: compute the signature of the arguments; ask the :class:`~.plan.Planner`;
+then replay a graph (copy inputs into its buffers, replay, hand out outputs through the output
+scheme), record one (a plain call that also checks for input mutation and autograd, then capture),
+or make a plain call whose reason was logged once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import torch
+from tc_ir.logs import get_logger
+
+from ..config import OutputMode, config
+from . import mutation
+from .outputs import AliasOutputs, CloneOutputs, PoolLedger, Poison, storage_poison, tensors_in
+from .plan import Eager, Planner, Record, Replay, Signature, describe, input_problem, signature, static_pointers
+from .record import CudaRecorder, shared_pool
+
+log = get_logger("cudagraphs")
+
+_ledgers: dict[Any, PoolLedger] = {}
+_ledgers_lock = threading.Lock()
+
+
+class Recorder(Protocol):
+    def accepts(self, t: torch.Tensor) -> bool: ...
+    def record(self, fn: Callable[..., Any], args: Sequence[Any], static: frozenset[int], label: str) -> Any: ...
+
+
+class CudaGraphed:
+    """A callable that replays CUDA graphs of ``fn``; see :func:`cudagraphify`.
+
+    ``planner`` holds the per-signature bookkeeping (``planner.fallbacks()`` lists the signatures
+    running without a graph, with the reason).
+    """
+
+    def __init__(self, fn: Callable[..., Any], static_input_indices: Sequence[int], *, recorder: Recorder,
+                 outputs: CloneOutputs | AliasOutputs, max_graphs: int, max_rerecords: int,
+                 check_mutation_by_value: bool = True):
+        self.fn = fn
+        self.static = frozenset(static_input_indices)
+        self.recorder = recorder
+        self.outputs = outputs
+        self.planner = Planner(max_graphs=max_graphs, max_rerecords=max_rerecords)
+        self.check_mutation_by_value = check_mutation_by_value
+        self.name = getattr(fn, "__qualname__", type(fn).__name__)
+        self._warned_unsupported = False
+
+    def __call__(self, *args: Any) -> Any:
+        sig = signature(args)
+        if isinstance(sig, str):
+            return self._unsupported(sig, args)
+        decision = self.planner.decide(sig, static_pointers(args, sorted(self.static)))
+        if isinstance(decision, Replay):
+            return self._replay(decision.graph, args)
+        if isinstance(decision, Record):
+            return self._record(sig, args, decision.why)
+        return self._eager(sig, decision, args)
+
+    def clear(self) -> None:
+        """Drop every graph (their pool memory becomes free) and forget every signature."""
+        for state in self.planner.states.values():
+            if state.graph is not None:
+                self.outputs.release(state.graph)
+        self.planner.states.clear()
+
+    # -- the three paths ------------------------------------------------------------------------
+
+    def _replay(self, graph: Any, args: Sequence[Any]) -> Any:
+        self.outputs.before_replay(graph)
+        return self.outputs.hand_out(graph, graph.replay(args))
+
+    def _record(self, sig: Signature, args: Sequence[Any], why: str) -> Any:
+        if problem := input_problem(args, self.static, self.recorder.accepts):
+            return self._give_up(sig, problem, lambda: self.fn(*args))
+        result, problem = self._checked_call(args)
+        if problem:
+            return self._give_up(sig, problem, lambda: result)
+        label = f"graph of {self.name}{describe(sig)}"
+        try:
+            graph = self.recorder.record(self.fn, args, self.static, label)
+        except Exception as e:  # a CPU sync, an unsupported op, ...: capture errors mean no graph
+            return self._give_up(sig, f"capture failed: {type(e).__name__}: {_first_line(e)}", lambda: result)
+        self.outputs.on_record(graph)
+        self._release(self.planner.recorded(sig, graph, static_pointers(args, sorted(self.static))))
+        log.info("cudagraphs: recorded %s (%s)", label, why)
+        return result
+
+    def _eager(self, sig: Signature, decision: Eager, args: Sequence[Any]) -> Any:
+        if decision.first:
+            self._release(decision.dropped)
+            log.info("cudagraphs: %s%s runs without a graph: %s", self.name, describe(sig), decision.reason)
+        return self.fn(*args)
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _checked_call(self, args: Sequence[Any]) -> tuple[Any, str | None]:
+        """A plain call (its result is this call's answer) that also tells whether a graph would
+        change the meaning: inputs written in place, or outputs that autograd should track."""
+        copied = [i for i in range(len(args)) if i not in self.static]
+        before = mutation.snapshot(args, copied, self.check_mutation_by_value)
+        result = self.fn(*args)
+        if written := mutation.mutated(args, before):
+            return result, (f"fn writes into non-static inputs {written}; a graph would write into "
+                            "its copies instead (mark them static if they are parameters or buffers)")
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors_in(result)):
+            return result, ("outputs require grad; a graph records no autograd history "
+                            "(call under torch.no_grad(), or graph forward and backward separately)")
+        return result, None
+
+    def _give_up(self, sig: Signature, reason: str, call: Callable[[], Any]) -> Any:
+        self._release(self.planner.give_up(sig, reason))
+        log.info("cudagraphs: %s%s runs without a graph: %s", self.name, describe(sig), reason)
+        return call()
+
+    def _unsupported(self, reason: str, args: Sequence[Any]) -> Any:
+        if not self._warned_unsupported:
+            self._warned_unsupported = True
+            log.info("cudagraphs: %s runs without a graph: %s", self.name, reason)
+        return self.fn(*args)
+
+    def _release(self, graph: Any) -> None:
+        if graph is not None:
+            self.outputs.release(graph)
+
+
+def cudagraphify(fn: Callable[..., Any], example_inputs: Sequence[Any], static_input_indices: Sequence[int] = (),
+                 *, max_graphs: int | None = None, pool: Any = None, output_mode: OutputMode | None = None,
+                 ) -> CudaGraphed:
+    """Run ``fn`` through CUDA graphs: one recorded lazily per input signature, then replayed.
+
+    ``fn`` takes tensors and scalars (flat) and returns tensors in any nesting of tuples, lists
+    and dicts. Inputs at ``static_input_indices`` (parameters, buffers) are read in place, never
+    copied; if one moves (new data_ptr) the graph is recorded again, and after
+    ``config.max_rerecords`` moves that signature runs plainly. Other inputs are copied into the
+    graph's buffers. All graphs record into ``pool`` (default: one pool for the whole process).
+
+    ``output_mode`` (default ``config.output_mode``, ``"clone"``): see :mod:`.outputs`.
+    Calls that cannot use a graph run ``fn`` plainly and log why once (``TC_LOGS=cudagraphs``).
+
+    >>> g = cudagraphify(model_fn, [x], static_input_indices=())
+    >>> y = g(x)          # first call: plain call + record; later calls with these shapes replay
+    """
+    mode = output_mode or config.output_mode
+    _check_static_indices(example_inputs, static_input_indices)
+    return CudaGraphed(
+        fn, static_input_indices,
+        recorder=CudaRecorder(pool, warmup=config.warmup_iters),
+        outputs=_output_scheme(mode, pool),
+        max_graphs=config.max_graphs if max_graphs is None else max_graphs,
+        max_rerecords=config.max_rerecords,
+        check_mutation_by_value=config.check_mutation_by_value,
+    )
+
+
+def ledger_for(pool: Any, poison: Poison) -> PoolLedger:
+    """The ledger of one pool, shared by every graphed callable recording into it."""
+    with _ledgers_lock:
+        if pool not in _ledgers:
+            _ledgers[pool] = PoolLedger(poison)
+        return _ledgers[pool]
+
+
+def _output_scheme(mode: str, pool: Any) -> CloneOutputs | AliasOutputs:
+    if mode == "clone":
+        return CloneOutputs()
+    if mode != "alias":
+        raise ValueError(f"output_mode must be 'clone' or 'alias', not {mode!r}")
+    poison = storage_poison()
+    if poison is None or not torch.cuda.is_available():
+        raise RuntimeError("output_mode='alias' needs a CUDA build of torch (torch._C._set_storage_access_error_msg)")
+    return AliasOutputs(ledger_for(pool if pool is not None else shared_pool(), poison))
+
+
+def _check_static_indices(example_inputs: Sequence[Any], static: Sequence[int]) -> None:
+    for i in static:
+        if not 0 <= i < len(example_inputs):
+            raise IndexError(f"static input index {i} out of range for {len(example_inputs)} inputs")
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else ""
