@@ -1,0 +1,73 @@
+"""``tc.compile``: capture composed with a back end, for functions, methods and modules."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import torch
+
+import tc_capture
+
+from .backends import lookup, with_fallback
+from .options import Options
+
+
+def compile(
+    model: Callable | None = None,
+    *,
+    fullgraph: bool = False,
+    dynamic: bool | None = None,
+    backend: str | Callable = "inductor",
+    mode: str | None = None,
+    options: dict[str, Any] | None = None,
+    disable: bool = False,
+) -> Any:
+    """Compile a function, method or ``nn.Module``; also a decorator, with or without arguments.
+
+    >>> import torch, tc
+    >>> @tc.compile
+    ... def f(x):
+    ...     return torch.relu(x) * 2
+    >>> f(torch.ones(3))
+    tensor([2., 2., 2.])
+
+    ``backend``: ``"inductor"`` (default), ``"aot_eager"``, ``"eager"``, a registered name, or a
+    callable ``(graph, example_inputs) -> callable``. ``mode``: ``None``/``"default"``,
+    ``"reduce-overhead"`` (CUDA graphs), ``"max-autotune"``. ``options``: ``fallback`` (default
+    True: a back-end failure runs that graph eagerly with one warning), ``cudagraphs``,
+    ``max_autotune``, and options of ``tc_inductor.compile``. A compiled module is the same
+    module to its user: attributes, ``parameters()``, ``train()``/``eval()``, ``to()``, and
+    ``state_dict()`` keys are the original's.
+    """
+    if model is None:
+        return functools.partial(compile, fullgraph=fullgraph, dynamic=dynamic, backend=backend,
+                                 mode=mode, options=options, disable=disable)
+    if disable:
+        return model
+    parsed = Options.from_user(mode, options)
+    name = backend if isinstance(backend, str) else getattr(backend, "__name__", "custom")
+    capture_backend = with_fallback(lookup(backend), name, parsed)
+    compiled = tc_capture.optimize(capture_backend, fullgraph=fullgraph, dynamic=dynamic)(model)
+    if isinstance(model, torch.nn.Module):
+        return _same_module(model, compiled)
+    return compiled
+
+
+def _same_module(module: torch.nn.Module, compiled: Callable) -> torch.nn.Module:
+    """A module that shares ``module``'s state (its ``__dict__``) but calls the compiled forward.
+
+    Sharing the state, rather than wrapping, is what keeps ``state_dict()`` keys, attribute
+    writes, ``train()``/``to()`` and optimizers pointing at the very same parameters.
+    """
+    cls = type(module)
+    namespace = {
+        "__call__": lambda self, *args, **kwargs: compiled(*args, **kwargs),
+        "_orig_mod": property(lambda self: module),
+        "__module__": cls.__module__,
+        "__doc__": cls.__doc__,
+    }
+    compiled_cls = type(f"Compiled{cls.__name__}", (cls,), namespace)
+    wrapper = object.__new__(compiled_cls)
+    object.__setattr__(wrapper, "__dict__", module.__dict__)
+    return wrapper

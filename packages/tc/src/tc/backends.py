@@ -1,0 +1,108 @@
+"""Back ends: registered callables ``(graph, example_inputs, options) -> callable``.
+
+``eager`` runs captured graphs as they are, ``aot_eager`` runs tc_autograd's ATen graphs on the
+reference interpreter, and ``inductor`` compiles them to kernels (with CUDA graphs when the
+options say so). Users add their own with :func:`register_backend`, or pass a plain callable
+``(graph, example_inputs) -> callable`` to ``tc.compile``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable, Sequence
+
+import torch
+
+import tc_autograd
+import tc_inductor
+import tc_ir
+import tc_runtime
+
+from .options import Options
+
+Backend = Callable[[tc_ir.Graph, Sequence[Any], Options], Callable]
+_REGISTRY: dict[str, Backend] = {}
+
+
+class BackendCompilerFailed(RuntimeError):
+    """A back end raised while compiling a graph and ``options={"fallback": False}`` was set."""
+
+
+def register_backend(name: str, backend: Callable | None = None):
+    """Register ``backend(graph, example_inputs[, options])`` under ``name``; usable as a decorator."""
+
+    def add(fn: Callable) -> Callable:
+        _REGISTRY[name] = fn
+        return fn
+
+    return add(backend) if backend is not None else add
+
+
+def list_backends() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def lookup(backend: str | Callable) -> Backend:
+    if callable(backend):
+        return lambda graph, example_inputs, options: backend(graph, example_inputs)
+    if backend not in _REGISTRY:
+        raise ValueError(f"tc.compile: unknown backend {backend!r}; registered: {list_backends()}")
+    return _REGISTRY[backend]
+
+
+def interpreter(graph: tc_ir.Graph, example_inputs: Sequence[Any] = ()) -> Callable:
+    """Run ``graph`` on tc_ir's reference interpreter."""
+    return lambda *inputs: tc_ir.interpret(graph, inputs)
+
+
+@register_backend("eager")
+def eager(graph: tc_ir.Graph, example_inputs: Sequence[Any], options: Options | None = None) -> Callable:
+    return interpreter(graph)
+
+
+@register_backend("aot_eager")
+def aot_eager(graph: tc_ir.Graph, example_inputs: Sequence[Any], options: Options | None = None) -> Callable:
+    return tc_autograd.aot(graph, example_inputs, fw_compiler=interpreter, bw_compiler=interpreter)
+
+
+@register_backend("inductor")
+def inductor(graph: tc_ir.Graph, example_inputs: Sequence[Any], options: Options | None = None) -> Callable:
+    options = options or Options()
+    compiler = _kernel_compiler(options, graph)
+    return tc_autograd.aot(
+        graph, example_inputs, fw_compiler=compiler, bw_compiler=compiler,
+        decompositions=tc_inductor.decompositions(),
+    )
+
+
+def _kernel_compiler(options: Options, source: tc_ir.Graph) -> Callable:
+    static = {i for i, node in enumerate(source.inputs) if node.meta.get("static")}
+
+    def compile_kernels(graph: tc_ir.Graph, example_inputs: Sequence[Any]) -> Callable:
+        compiled = tc_inductor.compile(graph, example_inputs, options=dict(options.inductor))
+        on_gpu = any(isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs)
+        if options.cudagraphs and on_gpu:
+            static_here = [i for i, node in enumerate(graph.inputs) if node.meta.get("static") or i in static]
+            return tc_runtime.cudagraphify(compiled, example_inputs, static_input_indices=static_here)
+        return compiled
+
+    return compile_kernels
+
+
+def with_fallback(backend: Backend, name: str, options: Options) -> Callable:
+    """The back end as capture calls it: a failure runs the graph eagerly, with one warning."""
+
+    def compile_graph(graph: tc_ir.Graph, example_inputs: Sequence[Any]) -> Callable:
+        try:
+            return backend(graph, example_inputs, options)
+        except Exception as e:
+            if not options.fallback:
+                raise BackendCompilerFailed(f"back end {name!r} failed on graph {graph.name}: {e}") from e
+            warnings.warn(
+                f"tc: back end {name!r} failed on graph {graph.name} ({type(e).__name__}: {e}); "
+                "running this graph eagerly. Pass options={'fallback': False} to raise instead.",
+                stacklevel=2,
+            )
+            return interpreter(graph)
+
+    return compile_graph
