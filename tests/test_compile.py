@@ -1,0 +1,171 @@
+"""tc.compile end to end: inference and training against eager, on every back end."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from models import CNN, MLP, TinyTransformer, inputs_for
+
+import tc
+
+BACKENDS = ["eager", "aot_eager", "inductor"]
+MODELS = [MLP, CNN, TinyTransformer]
+
+
+def close(a, b, tol=1e-4):
+    torch.testing.assert_close(a, b, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("make", MODELS, ids=lambda m: m.__name__)
+def test_inference_matches_eager(make, backend):
+    torch.manual_seed(0)
+    model = make().eval()
+    compiled = tc.compile(copy.deepcopy(model), backend=backend)
+    for batch in (4, 4, 2):  # hit, then a guard miss on the batch size
+        x = inputs_for(model, batch)
+        with torch.no_grad():
+            close(compiled(*x), model(*x))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("make", MODELS, ids=lambda m: m.__name__)
+def test_training_steps_match_eager(make, backend):
+    torch.manual_seed(0)
+    model = make().train()
+    twin = copy.deepcopy(model)
+    compiled = tc.compile(twin, backend=backend)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9) for m in (model, twin)]
+    for step in range(3):
+        x = inputs_for(model)
+        for fn, opt in zip((model, compiled), opts):
+            loss = fn(*x).float().pow(2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+    for (name, p), q in zip(model.named_parameters(), twin.parameters()):
+        close(q, p, tol=1e-3)
+    for (name, b), c in zip(model.named_buffers(), twin.buffers()):
+        close(c.float(), b.float(), tol=1e-3)
+
+
+def test_compiled_module_is_the_module():
+    model = MLP()
+    compiled = tc.compile(model)
+    assert isinstance(compiled, MLP)
+    assert list(compiled.state_dict()) == list(model.state_dict())
+    assert compiled.fc1 is model.fc1
+    compiled.eval()
+    assert not model.training
+    plain = MLP()
+    plain.load_state_dict(compiled.state_dict())
+    compiled.load_state_dict(MLP().state_dict())
+    x = torch.randn(3, 32)
+    close(compiled(x), model(x))
+    assert [p.data_ptr() for p in compiled.parameters()] == [p.data_ptr() for p in model.parameters()]
+
+
+def test_decorator_forms():
+    @tc.compile
+    def f(x):
+        return torch.sin(x) + 1
+
+    @tc.compile(backend="eager", fullgraph=True)
+    def g(x):
+        return torch.cos(x) * 2
+
+    x = torch.randn(8)
+    close(f(x), torch.sin(x) + 1)
+    close(g(x), torch.cos(x) * 2)
+    assert tc.compile(f, disable=True) is f
+
+
+def test_custom_callable_backend_sees_graphs():
+    seen = []
+
+    def backend(graph, example_inputs):
+        seen.append(graph)
+        return lambda *args: __import__("tc_ir").interpret(graph, args)
+
+    fn = tc.compile(lambda x: torch.relu(x) * 3, backend=backend)
+    x = torch.randn(5)
+    close(fn(x), torch.relu(x) * 3)
+    assert len(seen) == 1 and "relu" in str(seen[0])
+    assert {"eager", "aot_eager", "inductor"} <= set(tc.list_backends())
+
+
+def test_backend_failure_falls_back_with_one_warning():
+    def broken(graph, example_inputs):
+        raise RuntimeError("no kernels today")
+
+    fn = tc.compile(lambda x: x * 2 + 1, backend=broken)
+    x = torch.randn(4)
+    with pytest.warns(UserWarning, match="no kernels today"):
+        close(fn(x), x * 2 + 1)
+    strict = tc.compile(lambda x: x * 3, backend=broken, options={"fallback": False})
+    with pytest.raises(tc.BackendCompilerFailed, match="no kernels today"):
+        strict(x)
+
+
+def test_regional_compilation_shares_one_compilation():
+    count = []
+
+    def backend(graph, example_inputs):
+        count.append(graph)
+        return lambda *args: __import__("tc_ir").interpret(graph, args)
+
+    model = TinyTransformer()
+    for i, block in enumerate(model.blocks):
+        model.blocks[i] = tc.compile(block, backend=backend)
+    ids = inputs_for(model)[0]
+    with torch.no_grad():
+        model(ids)
+    assert len(count) == 1
+
+
+def test_graph_breaks_and_control_flow_stay_correct():
+    def f(x, flag):
+        y = torch.sin(x)
+        if y.sum() > 0:  # data-dependent: a graph break
+            y = y * 2
+        print("", end="")  # a graph break
+        for i in range(3):
+            y = y + i
+        return y if flag else -y
+
+    compiled = tc.compile(f, backend="inductor")
+    for flag in (True, False):
+        for _ in range(2):
+            x = torch.randn(16)
+            close(compiled(x, flag), f(x, flag))
+    report = tc.explain(f, torch.randn(16), True)
+    assert report.graph_break_count >= 2
+    assert all("test_compile.py" in b.filename for b in report.break_reasons)
+    assert "graph break" in str(report)
+
+
+def test_cond_captured_as_one_graph():
+    def f(p, x):
+        return tc.cond(p, lambda v: v.sin(), lambda v: v.cos(), (x,))
+
+    compiled = tc.compile(f, fullgraph=True)
+    x = torch.randn(6)
+    for p in (torch.tensor(True), torch.tensor(False)):
+        close(compiled(p, x), f(p, x))
+
+
+def test_reset_and_is_compiling():
+    seen = []
+
+    @tc.compile(backend="eager")
+    def f(x):
+        seen.append(tc.is_compiling())
+        return x + 1
+
+    f(torch.ones(2))
+    assert not tc.is_compiling()
+    tc.reset()
+    f(torch.ones(2))
+    tc.mark_dynamic(torch.ones(3, 4), 0)
