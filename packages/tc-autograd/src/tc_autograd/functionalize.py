@@ -1,0 +1,244 @@
+"""Functionalization while tracing: in-place ops and views become out-of-place graph nodes.
+
+The tracer runs every op for real on fake tensors (so autograd and metadata behave exactly as in
+eager), but what it *records* is functional. Each fake tensor is an :class:`Alias` of a
+:class:`Storage`. A storage holds the node computing its whole current value; an alias holds the
+chain of view ops that carve it out of its storage. An in-place op records its out-of-place
+variant, then scatters the new value back through the alias's view chain into the storage
+(``slice_scatter``, ``select_scatter``, ...). Every other alias of that storage goes stale and is
+re-derived by replaying its view chain on the next read. Storages of graph inputs that were
+written are returned by the graph as extra outputs, which the runtime copies back.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from typing import Any, Callable
+
+import attrs
+import torch
+import tc_ir
+
+aten = torch.ops.aten
+
+
+@attrs.define(eq=False)
+class Storage:
+    """One block of memory: the node holding its current whole value, and how often it was written."""
+
+    value: tc_ir.Node
+    input_index: int | None = None
+    version: int = 0
+
+
+@attrs.frozen
+class View:
+    """One step of a view chain: ``op(base, *args, **kwargs)``, then ``[index]`` for multi-output views."""
+
+    op: Any
+    args: tuple
+    kwargs: dict
+    index: int | None
+    spec: Any
+
+
+@attrs.define(eq=False)
+class Alias:
+    """What a fake tensor is: a storage seen through a chain of views, cached as ``node``."""
+
+    storage: Storage
+    chain: tuple
+    node: tc_ir.Node
+    version: int
+
+
+def is_view_op(op: Any) -> bool:
+    returns = op._schema.returns
+    return bool(returns) and returns[0].alias_info is not None and not returns[0].alias_info.is_write
+
+
+def mutated_args(op: Any) -> list[int]:
+    """Positions of the arguments an op writes to (``self`` of ``add_``; running stats...)."""
+    return [i for i, a in enumerate(op._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+
+
+# In-place ops whose out-of-place twin cannot be found by name and argument types.
+FUNCTIONAL_OVERRIDES = {
+    aten.copy_.default: aten.copy.default,
+}
+# In-place ops that change metadata (not values); functionalizing them needs a view-chain rewrite.
+METADATA_MUTATIONS = {"resize_", "resize_as_", "set_", "as_strided_", "t_", "transpose_",
+                      "squeeze_", "unsqueeze_", "swapdims_", "swapaxes_", "detach_"}
+
+
+@functools.cache
+def functional_variant(op: Any) -> Any:
+    """The out-of-place overload computing what in-place ``op`` writes (``add_.Tensor`` -> ``add.Tensor``)."""
+    if op in FUNCTIONAL_OVERRIDES:
+        return FUNCTIONAL_OVERRIDES[op]
+    name = op._schema.name.split("::")[1]
+    if name in METADATA_MUTATIONS:
+        raise NotImplementedError(f"tc_autograd: in-place metadata op aten.{name} is not supported")
+    packet = getattr(aten, name.rstrip("_"), None)
+    want = _arg_types(op)
+    candidates = [op._overloadname] + [o for o in (packet.overloads() if packet else []) if o != op._overloadname]
+    for overload in candidates:
+        candidate = getattr(packet, overload, None) if packet else None
+        if candidate is not None and _arg_types(candidate) == want and not mutated_args(candidate):
+            return candidate
+    raise NotImplementedError(f"tc_autograd: no out-of-place variant of in-place op {op}")
+
+
+def _arg_types(op: Any) -> tuple[str, ...]:
+    return tuple(str(a.type) for a in op._schema.arguments if not a.is_out)
+
+
+# ---- scattering a written view back into its base: one rule per view op --------------------
+Emit = Callable[..., tc_ir.Node]
+
+
+def _view_args(view: View, names: tuple[str, ...], defaults: tuple) -> list:
+    """The view's arguments after ``self``, by position or keyword, with schema defaults filled in."""
+    given = list(view.args[1:])
+    return [given[i] if i < len(given) else view.kwargs.get(n, d) for i, (n, d) in enumerate(zip(names, defaults))]
+
+
+def _slice(emit: Emit, view: View, base: tc_ir.Node, src: tc_ir.Node) -> tc_ir.Node:
+    dim, start, end, step = _view_args(view, ("dim", "start", "end", "step"), (0, None, None, 1))
+    return emit(aten.slice_scatter.default, base, src, dim, start, end, step)
+
+
+def _select(emit: Emit, view: View, base: tc_ir.Node, src: tc_ir.Node) -> tc_ir.Node:
+    dim, index = _view_args(view, ("dim", "index"), (0, 0))
+    return emit(aten.select_scatter.default, base, src, dim, index)
+
+
+def _diagonal(emit: Emit, view: View, base: tc_ir.Node, src: tc_ir.Node) -> tc_ir.Node:
+    offset, dim1, dim2 = _view_args(view, ("offset", "dim1", "dim2"), (0, 0, 1))
+    return emit(aten.diagonal_scatter.default, base, src, offset, dim1, dim2)
+
+
+def _as_strided(emit: Emit, view: View, base: tc_ir.Node, src: tc_ir.Node) -> tc_ir.Node:
+    size, stride, offset = _view_args(view, ("size", "stride", "storage_offset"), (None, None, None))
+    return emit(aten.as_strided_scatter.default, base, src, size, stride, offset)
+
+
+def _reshape(emit: Emit, view: View, base: tc_ir.Node, src: tc_ir.Node) -> tc_ir.Node:
+    return emit(aten.view.default, src, list(base.spec.shape))
+
+
+def _transpose(emit: Emit, view: View, base: tc_ir.Node, src: tc_ir.Node) -> tc_ir.Node:
+    return emit(aten.transpose.int, src, *view.args[1:3])
+
+
+def _permute(emit: Emit, view: View, base: tc_ir.Node, src: tc_ir.Node) -> tc_ir.Node:
+    dims = [d % len(view.args[1]) for d in view.args[1]]
+    return emit(aten.permute.default, src, sorted(range(len(dims)), key=dims.__getitem__))
+
+
+def _same(emit: Emit, view: View, base: tc_ir.Node, src: tc_ir.Node) -> tc_ir.Node:
+    return src
+
+
+def _unbind(emit: Emit, view: View, base: tc_ir.Node, src: tc_ir.Node) -> tc_ir.Node:
+    (dim,) = _view_args(view, ("dim",), (0,))
+    return emit(aten.select_scatter.default, base, src, dim, view.index)
+
+
+def _split(emit: Emit, view: View, base: tc_ir.Node, src: tc_ir.Node) -> tc_ir.Node:
+    size, dim = _view_args(view, ("split_size", "dim"), (None, 0))
+    start = view.index * size
+    return emit(aten.slice_scatter.default, base, src, dim, start, start + src.spec.shape[dim], 1)
+
+
+def _split_with_sizes(emit: Emit, view: View, base: tc_ir.Node, src: tc_ir.Node) -> tc_ir.Node:
+    sizes, dim = _view_args(view, ("split_sizes", "dim"), (None, 0))
+    start = sum(sizes[: view.index])
+    return emit(aten.slice_scatter.default, base, src, dim, start, start + sizes[view.index], 1)
+
+
+# Keyed by the view op's overload packet: how to write ``src`` into the view's place in ``base``.
+SCATTER_RULES: dict[Any, Callable] = {
+    aten.slice: _slice, aten.select: _select, aten.diagonal: _diagonal, aten.as_strided: _as_strided,
+    aten.view: _reshape, aten._reshape_alias: _reshape, aten.unsqueeze: _reshape, aten.squeeze: _reshape,
+    aten.flatten: _reshape, aten.unflatten: _reshape,
+    aten.transpose: _transpose, aten.t: _transpose, aten.permute: _permute,
+    aten.alias: _same, aten.detach: _same, aten.unbind: _unbind, aten.split: _split,
+    aten.split_with_sizes: _split_with_sizes,
+}
+
+
+def _t_args(view: View) -> View:
+    return attrs.evolve(view, args=(view.args[0], 0, 1)) if view.op.overloadpacket is aten.t else view
+
+
+def scatter(emit: Emit, view: View, base: tc_ir.Node, src: tc_ir.Node) -> tc_ir.Node:
+    """``base`` with the region ``view`` selects replaced by ``src``."""
+    rule = SCATTER_RULES.get(view.op.overloadpacket)
+    if rule is None:
+        raise NotImplementedError(f"tc_autograd: cannot functionalize a write through view op {view.op}")
+    return rule(emit, _t_args(view), base, src)
+
+
+class AliasTable:
+    """Which node each fake tensor currently is, keeping views and their storages in step."""
+
+    def __init__(self, emit: Emit):
+        self.emit = emit
+        self.aliases: dict[int, Alias] = {}
+        self.keep_alive: list[torch.Tensor] = []  # ids stay unique while the trace lives
+
+    def __contains__(self, t: torch.Tensor) -> bool:
+        return id(t) in self.aliases
+
+    def alias(self, t: torch.Tensor) -> Alias:
+        return self.aliases[id(t)]
+
+    def fresh(self, t: torch.Tensor, node: tc_ir.Node, input_index: int | None = None) -> None:
+        self._set(t, Alias(Storage(node, input_index), (), node, 0))
+
+    def view(self, t: torch.Tensor, base: torch.Tensor, step: View, node: tc_ir.Node) -> None:
+        parent = self.alias(base)
+        self.read(base)
+        self._set(t, Alias(parent.storage, parent.chain + (step,), node, parent.storage.version))
+
+    def _set(self, t: torch.Tensor, alias: Alias) -> None:
+        self.keep_alive.append(t)
+        self.aliases[id(t)] = alias
+
+    def read(self, t: torch.Tensor) -> tc_ir.Node:
+        """The node of ``t``'s current value, replaying its views if its storage was written since."""
+        a = self.alias(t)
+        if a.version != a.storage.version:
+            node = a.storage.value
+            for step in a.chain:
+                node = self._replay(step, node)
+            a.node, a.version = node, a.storage.version
+        return a.node
+
+    def write(self, t: torch.Tensor, value: tc_ir.Node) -> None:
+        """Record that ``t`` now holds ``value``: the storage gets ``value`` scattered into it."""
+        a = self.alias(t)
+        bases = [a.storage.value]
+        for step in a.chain[:-1]:
+            bases.append(self._replay(step, bases[-1]))
+        new = value
+        for step, base in reversed(list(zip(a.chain, bases))):
+            new = scatter(self.emit, step, base, new)
+        a.storage.value = new
+        a.storage.version += 1
+        a.node, a.version = value, a.storage.version
+
+    def _replay(self, step: View, base: tc_ir.Node) -> tc_ir.Node:
+        spec = step.spec if step.index is None else None
+        node = self.emit(step.op, base, *step.args[1:], spec=spec, **step.kwargs)
+        if step.index is not None:
+            node = self.emit(operator.getitem, node, step.index, spec=step.spec)
+        return node
+
+    def mutated_inputs(self) -> list[Storage]:
+        """Storages of graph inputs that were written, in input order."""
+        found = {id(a.storage): a.storage for a in self.aliases.values()
+                 if a.storage.input_index is not None and a.storage.version > 0}
+        return sorted(found.values(), key=lambda s: s.input_index)

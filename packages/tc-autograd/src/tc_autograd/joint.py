@@ -1,0 +1,140 @@
+"""Tracing a torch-level graph to ATen: the forward alone (inference) or forward+backward (joint).
+
+The joint trace runs the torch-level graph on fake tensors under the :class:`Recorder`, then
+calls ``torch.autograd.grad`` on the outputs that need a gradient, with fresh *tangent* inputs as
+their cotangents; the backward ops the autograd engine dispatches are recorded into the same
+graph. The joint graph returns ``(forward_values, grads)``: forward values are the user's tensor
+outputs followed by the new values of mutated inputs; grads line up with the inputs that require
+grad (``None`` where an input gets no gradient).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import attrs
+import torch
+import tc_ir
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from .trace import Recorder, clean_spec
+
+
+@attrs.frozen
+class OutputLeaf:
+    """How the runtime produces one output: ``graph`` (k-th graph value), ``input`` (the input
+    itself), ``input_view`` (a view of an input, as size/stride/offset) or ``value`` (a constant)."""
+
+    kind: str
+    args: tuple
+
+
+@attrs.define
+class Traced:
+    """An ATen graph plus what the runtime needs to rebuild eager's results from its outputs."""
+
+    graph: tc_ir.Graph
+    plan: Any                      # output structure with OutputLeaf leaves
+    num_user_outputs: int          # forward values before the mutated inputs' new values
+    mutated_inputs: list[int]      # input positions copied back, in this order
+    differentiable: list[bool]     # per forward value: does it carry a gradient
+    grad_inputs: list[int]         # input positions that receive gradients (joint only)
+    is_joint: bool
+
+
+def _fake_inputs(mode: FakeTensorMode, graph: tc_ir.Graph, rec: Recorder, inputs: Sequence[Any],
+                 training: bool) -> tuple[list[Any], list[Any]]:
+    """Fake twins of the inputs, each bound to a new graph input; also the autograd leaves."""
+    fakes, leaves = [], []
+    for i, (node, value) in enumerate(zip(graph.inputs, inputs)):
+        spec = clean_spec(value) if isinstance(value, torch.Tensor) else tc_ir.spec_of(value)
+        placeholder = rec.graph.input(node.name, spec)
+        placeholder.meta["role"] = "primal"
+        if not isinstance(value, torch.Tensor):
+            fakes.append(value)
+            leaves.append(None)
+            continue
+        leaf = mode.from_tensor(value.detach())
+        if training and value.requires_grad:
+            leaf.requires_grad_(True)
+        # A non-leaf twin lets the graph write to inputs that require grad, as eager allows for
+        # non-leaf tensors; gradients are taken with respect to the leaf (the input's old value).
+        with mode:
+            fake = leaf.clone() if leaf.requires_grad else leaf
+        rec.table.fresh(fake, placeholder, input_index=i)
+        fakes.append(fake)
+        leaves.append(leaf)
+    return fakes, leaves
+
+
+def _plan_leaf(value: Any, rec: Recorder, fakes: list[Any], nodes: list[tc_ir.Node],
+               tensors: list[torch.Tensor]) -> OutputLeaf:
+    """How the runtime produces one output: from the graph, as a view of an input, or a constant."""
+    if not isinstance(value, torch.Tensor):
+        return OutputLeaf("value", (value,))
+    alias = rec.table.alias(value) if value in rec.table else None
+    if alias is not None and alias.storage.input_index is not None:
+        i = alias.storage.input_index
+        if value is fakes[i]:
+            return OutputLeaf("input", (i,))
+        offset = value.storage_offset() - fakes[i].storage_offset()
+        return OutputLeaf("input_view", (i, tuple(value.shape), tuple(value.stride()), offset, value.requires_grad))
+    for k, seen in enumerate(tensors):
+        if seen is value:
+            return OutputLeaf("graph", (k,))
+    tensors.append(value)
+    nodes.append(rec.node_of(value))
+    return OutputLeaf("graph", (len(nodes) - 1,))
+
+
+def trace(graph: tc_ir.Graph, inputs: Sequence[Any], decompositions: dict | None, training: bool) -> Traced:
+    """Trace ``graph`` on fake twins of ``inputs``; ``training`` adds the backward (joint graph)."""
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    rec = Recorder(tc_ir.Graph(f"{graph.name}_{'joint' if training else 'forward'}"), decompositions)
+    fakes, leaves = _fake_inputs(mode, graph, rec, inputs, training)
+    with mode, rec, torch.set_grad_enabled(training), _no_autocast_leak():
+        outs = tc_ir.interpret(graph, fakes)
+    nodes: list[tc_ir.Node] = []
+    tensors: list[torch.Tensor] = []
+    plan = tc_ir.map_structure(outs, lambda v: _plan_leaf(v, rec, fakes, nodes, tensors))
+    mutated = [s.input_index for s in rec.table.mutated_inputs()]
+    values = nodes + [rec.table.read(fakes[i]) for i in mutated]
+    fw_fakes = tensors + [fakes[i] for i in mutated]
+    differentiable = [training and f.requires_grad for f in fw_fakes]
+    grad_inputs = [i for i, leaf in enumerate(leaves) if leaf is not None and leaf.requires_grad]
+    is_joint = any(differentiable) and bool(grad_inputs)
+    grads: list[Any] = []
+    if is_joint:
+        grads = _trace_backward(mode, rec, fw_fakes, differentiable, [leaves[i] for i in grad_inputs])
+    rec.graph.output((tuple(values), tuple(grads)) if is_joint else tuple(values))
+    return Traced(rec.graph, plan, len(nodes), mutated, differentiable, grad_inputs if is_joint else [], is_joint)
+
+
+def _trace_backward(mode: FakeTensorMode, rec: Recorder, fw_fakes: list[torch.Tensor],
+                    differentiable: list[bool], wrt: list[torch.Tensor]) -> list[Any]:
+    outs = [f for f, d in zip(fw_fakes, differentiable) if d]
+    tangents = []
+    for k, out in enumerate(outs):
+        with mode:
+            tangent = torch.empty(out.shape, dtype=out.dtype, device=out.device)
+        node = rec.graph.input(f"tangent_{k}", clean_spec(tangent))
+        node.meta["role"] = "tangent"
+        rec.table.fresh(tangent, node)
+        tangents.append(tangent)
+    with mode, rec, torch.enable_grad():
+        grads = torch.autograd.grad(outs, wrt, tangents, allow_unused=True)
+    return [None if g is None else rec.node_of(g) for g in grads]
+
+
+class _no_autocast_leak:
+    """Restore grad mode and autocast state after a graph that toggles them without restoring."""
+
+    def __enter__(self) -> None:
+        self.grad = torch.is_grad_enabled()
+        self.autocast = {d: (torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cpu", "cuda")}
+
+    def __exit__(self, *exc: Any) -> None:
+        torch._C._set_grad_enabled(self.grad)
+        for device, (enabled, dtype) in self.autocast.items():
+            torch.set_autocast_enabled(device, enabled)
+            torch.set_autocast_dtype(device, dtype)

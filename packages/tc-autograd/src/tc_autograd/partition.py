@@ -1,0 +1,158 @@
+"""Splitting a joint graph into a forward graph and a backward graph.
+
+Both strategies choose a set of *saved* nodes: the forward graph computes the user's values plus
+the saved nodes from the primal inputs; the backward graph computes the grads from the saved
+nodes plus the tangents, recomputing anything else it needs.
+
+``save_all`` saves every forward value the backward reads. ``min_cut`` solves a minimum s-t cut
+over the data-flow graph (networkx), as AOTAutograd does: each node is split into an in/out pair
+joined by an edge costing its size in bytes, so the cut edges are the saved nodes. Nodes whose
+op is expensive (matmul, convolution, reductions) or random are tied to the source: if the
+backward needs them they are saved, never recomputed; cheap pointwise and view ops are free to
+be recomputed in the backward instead of saved.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any
+
+import attrs
+import networkx as nx
+import torch
+import tc_ir
+
+from .functionalize import is_view_op
+
+aten = torch.ops.aten
+
+# Cheap to recompute even though not tagged pointwise (shape-only or data movement).
+CHEAP_OPS = {aten._to_copy.default, aten.clone.default, aten.copy.default, aten.full.default,
+             aten.zeros.default, aten.ones.default, aten.scalar_tensor.default, aten.zeros_like.default,
+             aten.ones_like.default, aten.full_like.default, aten.empty_like.default, aten.where.self,
+             aten.expand.default, aten.slice_scatter.default, aten.select_scatter.default}
+
+
+def is_recomputable(node: tc_ir.Node) -> bool:
+    target = node.target
+    if target is operator.getitem:
+        return True
+    if not isinstance(target, torch._ops.OpOverload) or tc_ir.is_random(target):
+        return False
+    return target in CHEAP_OPS or torch.Tag.pointwise in target.tags or is_view_op(target)
+
+
+def nbytes(node: tc_ir.Node) -> int | float:
+    """Bytes kept alive by saving ``node``; infinite for values that cannot be saved (tuples)."""
+    spec = node.spec
+    if not isinstance(spec, tc_ir.TensorSpec) or not spec.is_static:
+        return math.inf
+    return spec.numel * spec.dtype.itemsize
+
+
+@attrs.define
+class Partition:
+    forward: tc_ir.Graph
+    backward: tc_ir.Graph
+    saved: list[tc_ir.Node]       # nodes of the joint graph, in the order the forward returns them
+
+    def saved_bytes(self) -> int:
+        return sum(nbytes(n) for n in self.saved)
+
+    def saved_summary(self) -> str:
+        lines = [f"saved for backward: {len(self.saved)} tensors, {self.saved_bytes()} bytes"]
+        lines += [f"  %{n.name}: {n.spec}  {nbytes(n)} B" for n in self.saved]
+        return "\n".join(lines)
+
+
+def _ancestors(dag: nx.DiGraph, nodes: list[tc_ir.Node], stop: set = frozenset()) -> set[tc_ir.Node]:
+    found, todo = set(), list(nodes)
+    while todo:
+        node = todo.pop()
+        if node in found:
+            continue
+        found.add(node)
+        if node not in stop:
+            todo.extend(dag.predecessors(node))
+    return found
+
+
+def _roles(joint: tc_ir.Graph) -> tuple[list[tc_ir.Node], list[tc_ir.Node]]:
+    primals = [n for n in joint.inputs if n.meta.get("role") == "primal"]
+    tangents = [n for n in joint.inputs if n.meta.get("role") == "tangent"]
+    return primals, tangents
+
+
+def save_all(joint: tc_ir.Graph, dag: nx.DiGraph) -> list[tc_ir.Node]:
+    """Save every value the forward computes that the backward reads."""
+    values, grads = joint.outputs
+    primals, _ = _roles(joint)
+    forward = _ancestors(dag, tc_ir.nodes_in(values)) | set(primals)
+    backward = _ancestors(dag, tc_ir.nodes_in(grads), stop=forward) - forward
+    read = set(tc_ir.nodes_in(grads)) | {n for n in backward for n in n.inputs}
+    return [n for n in joint.nodes if n in forward and n in read and n.op not in ("param", "constant")]
+
+
+def min_cut(joint: tc_ir.Graph, dag: nx.DiGraph) -> list[tc_ir.Node]:
+    """Save the fewest bytes that let the backward recompute the rest."""
+    values, grads = joint.outputs
+    primals, tangents = _roles(joint)
+    forward = _ancestors(dag, tc_ir.nodes_in(values))
+    needs_tangent = set(tangents) | {d for t in tangents for d in nx.descendants(dag, t)}
+    flow = nx.DiGraph()
+    for node in joint.nodes:
+        name_in, name_out = ("in", node), ("out", node)
+        if node in needs_tangent:
+            flow.add_edge(name_in, "sink")
+        if node in primals or (node in forward and node.op == "call" and not is_recomputable(node)):
+            flow.add_edge("source", name_in)
+        # One byte more for non-inputs: on a tie, save the input (alive anyway) over a copy of it.
+        weight = nbytes(node) + (0 if node.op == "input" else 1)
+        flow.add_edge(name_in, name_out, **({} if weight == math.inf else {"capacity": weight}))
+        for user in node.users:
+            flow.add_edge(name_out, ("in", user))
+    for grad in tc_ir.nodes_in(grads):
+        flow.add_edge(("out", grad), "sink")
+    _, (reachable, _) = nx.minimum_cut(flow, "source", "sink")
+    return [n for n in joint.nodes if ("in", n) in reachable and ("out", n) not in reachable]
+
+
+STRATEGIES = {"min_cut": min_cut, "save_all": save_all}
+
+
+def partition(joint: tc_ir.Graph, strategy: str = "min_cut") -> Partition:
+    """Split ``joint`` (outputs ``(values, grads)``) into forward and backward graphs."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"tc_autograd: partition must be one of {sorted(STRATEGIES)}, got {strategy!r}")
+    dag = tc_ir.dependency_graph(joint)
+    saved = STRATEGIES[strategy](joint, dag)
+    values, grads = joint.outputs
+    primals, tangents = _roles(joint)
+    forward = subgraph(joint, f"{joint.name}_forward", primals, tuple(values) + tuple(saved))
+    backward = subgraph(joint, f"{joint.name}_backward", saved + tangents, grads)
+    return Partition(tc_ir.dce(forward), tc_ir.dce(backward), saved)
+
+
+def subgraph(graph: tc_ir.Graph, name: str, inputs: list[tc_ir.Node], outputs: Any) -> tc_ir.Graph:
+    """A graph taking ``inputs`` (in order) and computing ``outputs`` from them with ``graph``'s nodes."""
+    dag = tc_ir.dependency_graph(graph)
+    needed = _ancestors(dag, tc_ir.nodes_in(outputs), stop=set(inputs))
+    new = tc_ir.Graph(name)
+    mapping: dict[tc_ir.Node, tc_ir.Node] = {}
+    for node in inputs:
+        mapping[node] = new.input(node.name, node.spec)
+        mapping[node].meta.update(node.meta)
+    for node in graph.nodes:
+        if node not in needed or node in mapping:
+            continue
+        if node.op == "input":
+            raise ValueError(f"tc_autograd: {name} needs %{node.name}, which is not among its inputs")
+        if node.op in ("param", "constant"):
+            mapping[node] = new._hold(node.target, node.op, graph.tensors[node.target])
+            continue
+        swap = lambda v: mapping.get(v, v) if isinstance(v, tc_ir.Node) else v  # noqa: E731
+        args, kwargs = tc_ir.map_structure((node.args, node.kwargs), swap)
+        mapping[node] = new.call(node.target, *args, kwargs=kwargs, spec=node.spec, name=node.name)
+    new.output(tc_ir.map_structure(outputs, lambda v: mapping[v] if isinstance(v, tc_ir.Node) else v))
+    return new

@@ -1,0 +1,32 @@
+"""Graph -> graph clean-ups run on traced ATen graphs, as a readable pipeline."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import tc_ir
+
+aten = torch.ops.aten
+
+# Ops that only exist for autograd's bookkeeping; in a functional graph they are the identity.
+IDENTITY_OPS = {aten.detach.default, aten.alias.default, aten.lift_fresh.default}
+
+
+def drop_identities(graph: tc_ir.Graph) -> tc_ir.Graph:
+    """Replace detach/alias calls with their input."""
+    graph = graph.copy()
+    for node in list(graph.nodes):
+        if node.op == "call" and node.target in IDENTITY_OPS:
+            node.replace_all_uses_with(node.args[0])
+            graph.erase(node)
+    return graph
+
+
+PIPELINE: list[Callable[[tc_ir.Graph], tc_ir.Graph]] = [drop_identities, tc_ir.dce, tc_ir.cse, tc_ir.dce]
+
+
+def clean(graph: tc_ir.Graph) -> tc_ir.Graph:
+    for step in PIPELINE:
+        graph = step(graph)
+    return graph

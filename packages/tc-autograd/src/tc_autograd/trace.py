@@ -1,0 +1,158 @@
+"""Our ATen tracer: run a torch-level graph on fake tensors and record every ATen op it dispatches.
+
+:class:`Recorder` is a ``TorchDispatchMode`` sitting above ``FakeTensorMode``. Each op first runs
+for real on fake tensors (so autograd, autocast and grad mode behave as in eager); the recorder
+then writes a functional node for it (see :mod:`tc_autograd.functionalize`). The caller's
+decomposition table is applied here: a decomposed op is not recorded, the ops its decomposition
+dispatches are.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable
+
+import torch
+import tc_ir
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .functionalize import AliasTable, View, functional_variant, is_view_op, mutated_args
+
+aten = torch.ops.aten
+
+
+def clean_spec(value: Any) -> Any:
+    """The spec of a traced value; ``requires_grad`` means nothing in a functional ATen graph."""
+    if isinstance(value, torch.Tensor):
+        return tc_ir.TensorSpec.from_tensor(value).with_(requires_grad=False)
+    if isinstance(value, (tuple, list)):
+        return tuple(clean_spec(v) for v in value)
+    return tc_ir.spec_of(value)
+
+
+def has_tensor(value: Any) -> bool:
+    return any(isinstance(v, torch.Tensor) for v in tc_ir.leaves(value))
+
+
+class Recorder(TorchDispatchMode):
+    """Records the functional form of every ATen op dispatched while it is active."""
+
+    def __init__(self, graph: tc_ir.Graph, decompositions: dict | None = None):
+        super().__init__()
+        self.graph = graph
+        self.decompositions = decompositions or {}
+        self.table = AliasTable(self.emit)
+        self.constants = 0
+
+    # ---- writing nodes ------------------------------------------------------------------
+    def emit(self, target: Any, *args: Any, spec: Any = None, **kwargs: Any) -> tc_ir.Node:
+        """A call node over already-recorded nodes (used by functionalization's rewrites)."""
+        return self.graph.call(target, *args, kwargs=kwargs, spec=spec)
+
+    def node_of(self, value: Any) -> Any:
+        """The node standing for a tensor argument; real tensors become held constants."""
+        if not isinstance(value, torch.Tensor):
+            return value
+        if value not in self.table:
+            self._lift_constant(value)
+        return self.table.read(value)
+
+    def _lift_constant(self, t: torch.Tensor) -> None:
+        if isinstance(t, FakeTensor):
+            raise RuntimeError("tc_autograd: an op read a fake tensor the trace never produced")
+        self.constants += 1
+        node = self.graph.constant(f"_tensor_constant{self.constants}", t.detach())
+        self.table.fresh(t, node)
+
+    def record(self, target: Any, args: tuple, kwargs: dict, out: Any) -> tc_ir.Node:
+        node_args, node_kwargs = tc_ir.map_structure((args, kwargs), self.node_of)
+        return self.graph.call(target, *node_args, kwargs=node_kwargs, spec=clean_spec(out))
+
+    def outputs_of(self, node: tc_ir.Node, out: Any) -> list[tuple[torch.Tensor, tc_ir.Node]]:
+        """(tensor, node) pairs of an op's results: getitem nodes for ops with several."""
+        if isinstance(out, torch.Tensor):
+            return [(out, node)]
+        pairs = []
+        for i, value in enumerate(out):
+            if isinstance(value, torch.Tensor):
+                pairs.append((value, self.emit(operator.getitem, node, i, spec=clean_spec(value))))
+        return pairs
+
+    # ---- the dispatch hook --------------------------------------------------------------
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in self.decompositions:
+            with self:
+                out = self.decompositions[func](*args, **kwargs)
+            if out is not NotImplemented:
+                return out
+        out = func(*args, **kwargs)
+        if has_tensor(out):
+            rule = MUTATION_RULES.get(func)
+            (rule or record_op)(self, func, args, kwargs, out)
+        return out
+
+
+def record_op(rec: Recorder, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+    written = mutated_args(func)
+    if written:
+        _record_inplace(rec, func, args, kwargs, out, written)
+    elif is_view_op(func):
+        _record_view(rec, func, args, kwargs, out)
+    else:
+        node = rec.record(func, args, kwargs, out)
+        for tensor, value in rec.outputs_of(node, out):
+            rec.table.fresh(tensor, value)
+
+
+def _record_inplace(rec: Recorder, func: Any, args: tuple, kwargs: dict, out: Any, written: list[int]) -> None:
+    if written != [0]:
+        raise NotImplementedError(f"tc_autograd: {func} writes to arguments other than self")
+    functional = functional_variant(func)
+    target = args[0]
+    node = rec.record(functional, args, kwargs, target)
+    node.spec = tc_ir.infer_spec(functional, node.args, node.kwargs) or node.spec
+    if node.spec.dtype != target.dtype:  # in-place ops keep self's dtype; out-of-place ones promote
+        node = rec.emit(aten._to_copy.default, node, dtype=target.dtype, spec=clean_spec(target))
+    rec.table.write(target, node)
+    if out is not target and isinstance(out, torch.Tensor) and out not in rec.table:
+        rec.table.fresh(out, node)
+
+
+def _record_view(rec: Recorder, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+    base = args[0]
+    if base not in rec.table:
+        rec.node_of(base)
+    node = rec.record(func, args, kwargs, out)
+    if isinstance(out, torch.Tensor):
+        rec.table.view(out, base, View(func, args, kwargs, None, node.spec), node)
+        return
+    for i, (tensor, item) in enumerate(rec.outputs_of(node, out)):
+        rec.table.view(tensor, base, View(func, args, kwargs, i, item.spec), item)
+
+
+# ---- ops that write to arguments other than ``self`` (their schemas may not even say so) -------
+def _batch_norm_args(args: tuple, kwargs: dict) -> list:
+    names = ("input", "weight", "bias", "running_mean", "running_var", "training", "momentum", "eps")
+    return [args[i] if i < len(args) else kwargs[n] for i, n in enumerate(names)]
+
+
+def _record_batch_norm(rec: Recorder, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+    """Training batch norm updates running stats in place: record the functional op, write them back."""
+    x, w, b, mean, var, training, momentum, eps = _batch_norm_args(args, kwargs)
+    if not training or mean is None:
+        return record_op(rec, func, args, kwargs, out)
+    specs = clean_spec(tuple(out[:3])) + (clean_spec(mean), clean_spec(var))
+    node = rec.graph.call(aten._native_batch_norm_legit_functional.default,
+                          *[rec.node_of(a) for a in (x, w, b, mean, var)], training, momentum, eps, spec=specs)
+    for i, t in enumerate(out[:3]):
+        rec.table.fresh(t, rec.emit(operator.getitem, node, i, spec=specs[i]))
+    rec.table.write(mean, rec.emit(operator.getitem, node, 3, spec=specs[3]))
+    rec.table.write(var, rec.emit(operator.getitem, node, 4, spec=specs[4]))
+
+
+MUTATION_RULES: dict[Any, Callable] = {
+    aten.native_batch_norm.default: _record_batch_norm,
+    aten._native_batch_norm_legit.default: _record_batch_norm,
+}
