@@ -139,17 +139,25 @@ def _batch_norm_args(args: tuple, kwargs: dict) -> list:
 
 
 def _record_batch_norm(rec: Recorder, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
-    """Training batch norm updates running stats in place: record the functional op, write them back."""
+    """Training batch norm updates running stats in place: record the functional op, write them back.
+
+    Specs come from the meta kernels, as the verifier checks them: fake batch norm disagrees with
+    the real CPU kernels on the dtype and size of the saved statistics.
+    """
     x, w, b, mean, var, training, momentum, eps = _batch_norm_args(args, kwargs)
-    if not training or mean is None:
-        return record_op(rec, func, args, kwargs, out)
-    specs = clean_spec(tuple(out[:3])) + (clean_spec(mean), clean_spec(var))
-    node = rec.graph.call(aten._native_batch_norm_legit_functional.default,
-                          *[rec.node_of(a) for a in (x, w, b, mean, var)], training, momentum, eps, spec=specs)
+    updates = training and mean is not None
+    target = aten._native_batch_norm_legit_functional.default if updates else func
+    node = rec.record(target, (x, w, b, mean, var, training, momentum, eps), {}, tuple(out))
+    node.spec = tc_ir.infer_spec(node.target, node.args, node.kwargs) or node.spec
     for i, t in enumerate(out[:3]):
-        rec.table.fresh(t, rec.emit(operator.getitem, node, i, spec=specs[i]))
-    rec.table.write(mean, rec.emit(operator.getitem, node, 3, spec=specs[3]))
-    rec.table.write(var, rec.emit(operator.getitem, node, 4, spec=specs[4]))
+        if t.numel() == 0 and node.spec[i].numel != 0:  # eval: the kernels return empty stats, meta does not
+            item = rec.emit(aten.empty.memory_format, [0], dtype=t.dtype, device=t.device, spec=clean_spec(t))
+        else:
+            item = rec.emit(operator.getitem, node, i, spec=node.spec[i])
+        rec.table.fresh(t, item)
+    if updates:
+        rec.table.write(mean, rec.emit(operator.getitem, node, 3, spec=node.spec[3]))
+        rec.table.write(var, rec.emit(operator.getitem, node, 4, spec=node.spec[4]))
 
 
 MUTATION_RULES: dict[Any, Callable] = {

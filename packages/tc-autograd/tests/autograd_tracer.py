@@ -92,9 +92,16 @@ def module_inputs(module: torch.nn.Module) -> tuple[list[torch.Tensor], list[str
     return [t for _, t in named], [n.replace(".", "_") for n, _ in named]
 
 
-def trace_module(module: torch.nn.Module, args: list[torch.Tensor]) -> tc_ir.Graph:
-    """``module(*args)`` as a graph whose inputs are the args, then parameters, then buffers."""
-    state, names = module_inputs(module)
+def trace_module(module: Callable, args: list[Any], autocast: bool = False) -> tc_ir.Graph:
+    """``module(*args)`` as a graph whose inputs are the args, then parameters, then buffers.
+
+    ``autocast`` runs the call under CPU bfloat16 autocast (recorded as enter/exit nodes).
+    """
+    state, names = module_inputs(module) if isinstance(module, torch.nn.Module) else ([], [])
     arg_names = [f"arg{i}" for i in range(len(args))]
-    return trace(lambda *xs: module(*xs[: len(args)]), list(args) + state, arg_names + names,
-                 name=type(module).__name__)
+
+    def call(*xs: Any) -> Any:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            return module(*xs[: len(args)])
+
+    return trace(call, list(args) + state, arg_names + names, name=getattr(type(module), "__name__", "f"))
