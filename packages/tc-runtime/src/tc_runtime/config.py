@@ -33,7 +33,6 @@ class Config:
     # CUDA graphs.
     max_graphs: int = 8
     output_mode: OutputMode = "clone"
-    warmup_iters: int = 1  # side-stream runs before capture, so lazy library set-up happens outside it
     check_mutation_by_value: bool = True  # version counters miss writes made by raw Triton/C++ kernels
     max_rerecords: int = 2  # per shape, when a static input moved; then plain calls
 

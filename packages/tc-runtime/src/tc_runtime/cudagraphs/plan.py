@@ -3,7 +3,11 @@
 A *signature* identifies the calls one graph can serve: per argument, a tensor's shape, strides,
 dtype, device and requires_grad, or a scalar's type and value (a graph bakes scalars in). The
 :class:`Planner` keeps one :class:`ShapeState` per signature and answers, for each call, one of
-:class:`Replay`, :class:`Record` or :class:`Eager` (a plain call, with the reason).
+:class:`Warmup` (first call of a signature: a plain call that also checks the function),
+:class:`Record` (second call: capture, then replay), :class:`Replay`, or :class:`Eager` (a plain
+call, with the reason). Recording on the second call means the function runs exactly once per
+call (capture executes nothing), one-off shapes never pay for a capture, and lazy set-up (Triton
+compilation, cuBLAS handles) happens before capture.
 """
 
 from __future__ import annotations
@@ -72,6 +76,11 @@ class Replay:
 
 
 @attrs.frozen
+class Warmup:
+    pass
+
+
+@attrs.frozen
 class Record:
     why: str
 
@@ -83,7 +92,7 @@ class Eager:
     dropped: Any = None  # a graph this decision retired, for the runtime to release
 
 
-Decision = Replay | Record | Eager
+Decision = Warmup | Replay | Record | Eager
 
 
 @attrs.define
@@ -121,7 +130,9 @@ class Planner:
             state.eager_calls += 1
             return Eager(state.fallback, first=False)
         if state.graph is None:
-            return Record("first call with these shapes")
+            if self.graph_count >= self.max_graphs:
+                return self._limit(sig)
+            return Record("second call with these shapes")
         if state.pointers != pointers:
             return self._moved(sig, state, pointers)
         state.replays += 1
@@ -143,12 +154,15 @@ class Planner:
 
     def _new_shape(self, sig: Signature) -> Decision:
         if self.graph_count >= self.max_graphs:
-            reason = (f"shape limit: {self.max_graphs} graphs recorded already (max_graphs); "
-                      "these shapes run without a graph")
-            self.give_up(sig, reason)
-            return Eager(reason, first=True)
+            return self._limit(sig)
         self.states[sig] = ShapeState()
-        return Record("first call with these shapes")
+        return Warmup()
+
+    def _limit(self, sig: Signature) -> Eager:
+        reason = (f"shape limit: {self.max_graphs} graphs recorded already (max_graphs); "
+                  "these shapes run without a graph")
+        self.give_up(sig, reason)
+        return Eager(reason, first=True)
 
     def _moved(self, sig: Signature, state: ShapeState, pointers: tuple[int, ...]) -> Decision:
         moved = [i for i, (a, b) in enumerate(zip(state.pointers, pointers)) if a != b]

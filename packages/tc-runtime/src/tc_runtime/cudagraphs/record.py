@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from .outputs import tensors_in
+
 _shared_pool_lock = threading.Lock()
 _shared_pool: Any = None
 
@@ -48,41 +50,53 @@ class RecordedGraph:
 
 
 class CudaRecorder:
-    """Records ``fn`` as a CUDA graph into ``pool`` (``warmup`` side-stream runs first)."""
+    """Records ``fn`` as a CUDA graph into ``pool``, on a side stream of its own."""
 
-    def __init__(self, pool: Any = None, warmup: int = 1):
+    def __init__(self, pool: Any = None):
         self.pool = pool
-        self.warmup = warmup
+        self._streams: dict[torch.device, torch.cuda.Stream] = {}
 
     def accepts(self, t: torch.Tensor) -> bool:
         return t.is_cuda
 
+    def warm_call(self, call: Callable[[], Any], args: Sequence[Any]) -> Any:
+        """Run a plain call on the capture stream, so that per-stream lazy state (cuBLAS
+        workspaces) exists before capture, where creating it could fail."""
+        stream = self._stream(_device_of(args))
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            result = call()
+        torch.cuda.current_stream().wait_stream(stream)
+        for t in tensors_in(result):
+            if t.is_cuda:
+                # Allocated on the side stream, used on the caller's: keep the allocator from
+                # handing the memory to the side stream again while the caller may still use it.
+                t.record_stream(torch.cuda.current_stream())
+        return result
+
     def record(self, fn: Callable[..., Any], args: Sequence[Any], static: frozenset[int],
                label: str) -> RecordedGraph:
-        """Capture ``fn(*args)``; raises whatever the capture raises (the runtime falls back)."""
-        device = next(a.device for a in args if isinstance(a, torch.Tensor))
+        """Capture ``fn(*args)`` (nothing executes); raises whatever the capture raises."""
+        device = _device_of(args)
         with torch.cuda.device(device), torch.no_grad():
             copied = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in static]
             inputs = [_static_copy(a) if i in copied else a for i, a in enumerate(args)]
-            stream = torch.cuda.Stream()
-            self._warm_up(fn, inputs, stream)
             graph = torch.cuda.CUDAGraph()
             pool = self.pool if self.pool is not None else shared_pool()
             # thread_local: a CPU sync in *this* thread invalidates the capture (and we fall back);
             # other threads (data loaders) may keep using CUDA meanwhile.
-            with torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local"):
+            with torch.cuda.graph(graph, pool=pool, stream=self._stream(device), capture_error_mode="thread_local"):
                 outputs = fn(*inputs)
         return RecordedGraph(graph, inputs, outputs, copied, label)
 
-    def _warm_up(self, fn: Callable[..., Any], inputs: list[Any], stream: torch.cuda.Stream) -> None:
-        # On the capture stream, so per-stream lazy state (cuBLAS workspaces, autotuning) is built
-        # before capture, where allocating or synchronising would be an error.
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(self.warmup):
-                fn(*inputs)
-        torch.cuda.current_stream().wait_stream(stream)
-        torch.cuda.synchronize()
+    def _stream(self, device: torch.device) -> torch.cuda.Stream:
+        if device not in self._streams:
+            self._streams[device] = torch.cuda.Stream(device)
+        return self._streams[device]
+
+
+def _device_of(args: Sequence[Any]) -> torch.device:
+    return next(a.device for a in args if isinstance(a, torch.Tensor))
 
 
 def _static_copy(t: torch.Tensor) -> torch.Tensor:

@@ -1,9 +1,10 @@
 """``cudagraphify``: record a function as CUDA graphs, lazily, one per input signature.
 
 One call, in order: compute the signature of the arguments; ask the :class:`~.plan.Planner`;
-then replay a graph (copy inputs into its buffers, replay, hand out outputs through the output
-scheme), record one (a plain call that also checks for input mutation and autograd, then capture),
-or make a plain call whose reason was logged once.
+then one of: warm up (first call of a signature: a plain call that also checks for input
+mutation and autograd), record (second call: capture, then replay), replay (copy inputs into the
+graph's buffers, replay, hand out outputs through the output scheme), or a plain call whose
+reason was logged once. ``fn`` runs exactly once per call on every path.
 """
 
 from __future__ import annotations
@@ -18,7 +19,18 @@ from tc_ir.logs import get_logger
 from ..config import OutputMode, config
 from . import mutation
 from .outputs import AliasOutputs, CloneOutputs, PoolLedger, Poison, storage_poison, tensors_in
-from .plan import Eager, Planner, Record, Replay, Signature, describe, input_problem, signature, static_pointers
+from .plan import (
+    Eager,
+    Planner,
+    Record,
+    Replay,
+    Signature,
+    Warmup,
+    describe,
+    input_problem,
+    signature,
+    static_pointers,
+)
 from .record import CudaRecorder, shared_pool
 
 log = get_logger("cudagraphs")
@@ -29,6 +41,7 @@ _ledgers_lock = threading.Lock()
 
 class Recorder(Protocol):
     def accepts(self, t: torch.Tensor) -> bool: ...
+    def warm_call(self, call: Callable[[], Any], args: Sequence[Any]) -> Any: ...
     def record(self, fn: Callable[..., Any], args: Sequence[Any], static: frozenset[int], label: str) -> Any: ...
 
 
@@ -58,6 +71,8 @@ class CudaGraphed:
         decision = self.planner.decide(sig, static_pointers(args, sorted(self.static)))
         if isinstance(decision, Replay):
             return self._replay(decision.graph, args)
+        if isinstance(decision, Warmup):
+            return self._warm_up(sig, args)
         if isinstance(decision, Record):
             return self._record(sig, args, decision.why)
         return self._eager(sig, decision, args)
@@ -75,21 +90,25 @@ class CudaGraphed:
         self.outputs.before_replay(graph)
         return self.outputs.hand_out(graph, graph.replay(args))
 
-    def _record(self, sig: Signature, args: Sequence[Any], why: str) -> Any:
+    def _warm_up(self, sig: Signature, args: Sequence[Any]) -> Any:
         if problem := input_problem(args, self.static, self.recorder.accepts):
             return self._give_up(sig, problem, lambda: self.fn(*args))
-        result, problem = self._checked_call(args)
+        result, problem = self.recorder.warm_call(lambda: self._checked_call(args), args)
         if problem:
             return self._give_up(sig, problem, lambda: result)
+        return result
+
+    def _record(self, sig: Signature, args: Sequence[Any], why: str) -> Any:
         label = f"graph of {self.name}{describe(sig)}"
         try:
             graph = self.recorder.record(self.fn, args, self.static, label)
         except Exception as e:  # a CPU sync, an unsupported op, ...: capture errors mean no graph
-            return self._give_up(sig, f"capture failed: {type(e).__name__}: {_first_line(e)}", lambda: result)
+            reason = f"capture failed: {type(e).__name__}: {_first_line(e)}"
+            return self._give_up(sig, reason, lambda: self.fn(*args))
         self.outputs.on_record(graph)
         self._release(self.planner.recorded(sig, graph, static_pointers(args, sorted(self.static))))
         log.info("cudagraphs: recorded %s (%s)", label, why)
-        return result
+        return self._replay(graph, args)
 
     def _eager(self, sig: Signature, decision: Eager, args: Sequence[Any]) -> Any:
         if decision.first:
@@ -144,13 +163,14 @@ def cudagraphify(fn: Callable[..., Any], example_inputs: Sequence[Any], static_i
     Calls that cannot use a graph run ``fn`` plainly and log why once (``TC_LOGS=cudagraphs``).
 
     >>> g = cudagraphify(model_fn, [x], static_input_indices=())
-    >>> y = g(x)          # first call: plain call + record; later calls with these shapes replay
+    >>> y = g(x)   # first call with these shapes: a plain call (warm-up and checks)
+    >>> y = g(x)   # second: record, then replay; later calls replay
     """
     mode = output_mode or config.output_mode
     _check_static_indices(example_inputs, static_input_indices)
     return CudaGraphed(
         fn, static_input_indices,
-        recorder=CudaRecorder(pool, warmup=config.warmup_iters),
+        recorder=CudaRecorder(pool),
         outputs=_output_scheme(mode, pool),
         max_graphs=config.max_graphs if max_graphs is None else max_graphs,
         max_rerecords=config.max_rerecords,

@@ -1,0 +1,73 @@
+"""CPU stand-ins for testing code built on the CUDA-graph runtime without a GPU.
+
+:class:`FakeRecorder` has :class:`~tc_runtime.cudagraphs.CudaRecorder`'s contract and a real
+graph's memory behaviour: its "graph" owns input buffers and output tensors; a replay copies
+inputs in, recomputes, and writes the results into the *same* output tensors.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .cudagraphs import AliasOutputs, CloneOutputs, CudaGraphed, PoolLedger, map_tensors
+from .cudagraphs.outputs import tensors_in
+
+
+class FakeGraph:
+    def __init__(self, fn, args, static, label):
+        self.fn, self.label, self.order = fn, label, -1
+        self.copied = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in static]
+        self.inputs = [a.clone() if i in self.copied else a for i, a in enumerate(args)]
+        # Capture executes nothing: get the outputs' memory from a run on throw-away copies.
+        scratch = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+        self.outputs = map_tensors(torch.Tensor.clone, fn(*scratch))
+        self.replays = 0
+
+    def replay(self, args):
+        for i in self.copied:
+            self.inputs[i].copy_(args[i])
+        for mine, new in zip(tensors_in(self.outputs), tensors_in(self.fn(*self.inputs))):
+            mine.copy_(new)
+        self.replays += 1
+        return self.outputs
+
+
+class FakeRecorder:
+    def __init__(self, fail: Exception | None = None):
+        self.fail = fail
+        self.graphs: list[FakeGraph] = []
+
+    def accepts(self, t):
+        return t.device.type == "cpu"
+
+    def warm_call(self, call, args):
+        return call()
+
+    def record(self, fn, args, static, label):
+        if self.fail is not None:
+            raise self.fail
+        self.graphs.append(FakeGraph(fn, args, static, label))
+        return self.graphs[-1]
+
+
+class PoisonLog:
+    """Records poisoned tensors (the real poison needs a CUDA build)."""
+
+    def __init__(self):
+        self.poisoned: list[tuple[torch.Tensor, str]] = []
+
+    def __call__(self, t, message):
+        self.poisoned.append((t, message))
+
+    def has(self, t) -> bool:
+        return any(p is t for p, _ in self.poisoned)
+
+
+def graphed(fn, static=(), *, recorder=None, outputs=None, max_graphs=8, max_rerecords=2, by_value=True):
+    return CudaGraphed(fn, static, recorder=recorder or FakeRecorder(), outputs=outputs or CloneOutputs(),
+                       max_graphs=max_graphs, max_rerecords=max_rerecords, check_mutation_by_value=by_value)
+
+
+def alias_outputs() -> tuple[AliasOutputs, PoisonLog]:
+    log = PoisonLog()
+    return AliasOutputs(PoolLedger(log)), log
