@@ -51,13 +51,16 @@ class FakeRecorder:
 
 
 class PoisonLog:
-    """Records poisoned tensors (the real poison needs a CUDA build)."""
+    """Records poisoned tensors and empties them, so a later use fails loudly (the real poison,
+    which makes any access raise, needs a CUDA build)."""
 
     def __init__(self):
         self.poisoned: list[tuple[torch.Tensor, str]] = []
 
     def __call__(self, t, message):
         self.poisoned.append((t, message))
+        with torch.no_grad():
+            t.set_()
 
     def has(self, t) -> bool:
         return any(p is t for p, _ in self.poisoned)

@@ -8,8 +8,9 @@ each other's freed temporaries. Two schemes keep a user from silently reading ov
 ``"alias"``
     the outputs are handed out as aliases of the graph's own memory (no copy). Replaying graph G
     can overwrite the outputs of G and of every graph recorded into the pool after G (those may
-    live in G's freed temporaries), so before G replays, the live aliases handed out by those
-    graphs are *poisoned*: reading one raises ``RuntimeError`` saying it was overwritten and how
+    live in G's freed temporaries), so when G replays, the live aliases handed out by those
+    graphs are *poisoned* (at the replay, once the inputs are copied in, so ``h = g(h)`` works):
+    reading one raises ``RuntimeError`` saying it was overwritten and how
     to keep it (``.clone()`` it before calling again). Views the user made of an alias are not
     tracked (see README, "limits").
 """
@@ -59,7 +60,7 @@ class CloneOutputs:
     def on_record(self, graph: Any) -> None:
         pass
 
-    def before_replay(self, graph: Any) -> None:
+    def invalidate(self, graph: Any) -> None:
         pass
 
     def hand_out(self, graph: Any, outputs: Any) -> Any:
@@ -119,7 +120,8 @@ class AliasOutputs:
     def on_record(self, graph: Any) -> None:
         self.ledger.register(graph)
 
-    def before_replay(self, graph: Any) -> None:
+    def invalidate(self, graph: Any) -> None:
+        """Called at each replay of ``graph``, before its outputs are handed out."""
         self.ledger.invalidate_from(graph.order)
 
     def hand_out(self, graph: Any, outputs: Any) -> Any:

@@ -87,8 +87,10 @@ class CudaGraphed:
     # -- the three paths ------------------------------------------------------------------------
 
     def _replay(self, graph: Any, args: Sequence[Any]) -> Any:
-        self.outputs.before_replay(graph)
-        return self.outputs.hand_out(graph, graph.replay(args))
+        outputs = graph.replay(args)
+        # After the inputs were copied in: an input may be an alias this invalidates (h = g(h)).
+        self.outputs.invalidate(graph)
+        return self.outputs.hand_out(graph, outputs)
 
     def _warm_up(self, sig: Signature, args: Sequence[Any]) -> Any:
         if problem := input_problem(args, self.static, self.recorder.accepts):
