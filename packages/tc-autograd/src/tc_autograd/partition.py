@@ -89,6 +89,8 @@ def save_all(joint: tc_ir.Graph, dag: nx.DiGraph) -> list[tc_ir.Node]:
     values, grads = joint.outputs
     primals, _ = _roles(joint)
     forward = _ancestors(dag, tc_ir.nodes_in(values)) | set(primals)
+    # Results of multi-output ops computed in the forward are forward values too (a tuple cannot be saved).
+    forward |= {u for n in list(forward) for u in n.users if u.target is operator.getitem}
     backward = _ancestors(dag, tc_ir.nodes_in(grads), stop=forward) - forward
     read = set(tc_ir.nodes_in(grads)) | {n for n in backward for n in n.inputs}
     return [n for n in joint.nodes if n in forward and n in read and n.op not in ("param", "constant")]

@@ -91,7 +91,7 @@ def _make_function(traced: Traced, forward: Callable, backward: Callable, num_sa
             with no_ambient_autocast():
                 results = forward(*inputs)
             values, saved = tuple(results[:num_values]), results[num_values:]
-            ctx.save_for_backward(*saved)
+            ctx.save_for_backward(*_protect_from_copy_back(saved, [inputs[i] for i in traced.mutated_inputs]))
             ctx.num_inputs = len(inputs)
             ctx.mark_non_differentiable(*[v for v, d in zip(values, traced.differentiable) if not d])
             return values
@@ -107,3 +107,13 @@ def _make_function(traced: Traced, forward: Callable, backward: Callable, num_sa
             return tuple(by_input.get(i) for i in range(ctx.num_inputs))
 
     return CompiledFunction
+
+
+def _protect_from_copy_back(saved: Sequence[Any], mutated: list[torch.Tensor]) -> list[Any]:
+    """Clone saved tensors sharing memory with inputs the wrapper is about to overwrite.
+
+    The backward needs their old values, and autograd's version counter would reject them.
+    """
+    pointers = {t.untyped_storage().data_ptr() for t in mutated}
+    return [s.clone() if isinstance(s, torch.Tensor) and s.untyped_storage().data_ptr() in pointers else s
+            for s in saved]
