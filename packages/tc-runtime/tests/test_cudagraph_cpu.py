@@ -119,7 +119,7 @@ def test_moved_static_input_rerecords_then_falls_back(logs):
     w = torch.randn(3, 3)
     g(x, w)
     g(x, w)
-    for i in range(4):
+    for _ in range(4):
         w = torch.randn(3, 3)  # a new parameter tensor: new address
         torch.testing.assert_close(g(x, w), x @ w)
     assert len(g.recorder.graphs) == 3  # first + 2 re-records

@@ -21,6 +21,7 @@ import zlib
 from typing import Any
 
 import attrs
+
 from tc_ir.logs import get_logger
 
 from ..config import config

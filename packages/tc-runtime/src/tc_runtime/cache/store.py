@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+
 from tc_ir.logs import get_logger
 
 from ..config import config

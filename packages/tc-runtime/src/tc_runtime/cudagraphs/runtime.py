@@ -14,11 +14,12 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import torch
+
 from tc_ir.logs import get_logger
 
 from ..config import OutputMode, config
 from . import mutation
-from .outputs import AliasOutputs, CloneOutputs, PoolLedger, Poison, storage_poison, tensors_in
+from .outputs import AliasOutputs, CloneOutputs, Poison, PoolLedger, storage_poison, tensors_in
 from .plan import (
     Eager,
     Planner,
