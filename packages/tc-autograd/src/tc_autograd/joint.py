@@ -92,7 +92,9 @@ def trace(graph: tc_ir.Graph, inputs: Sequence[Any], decompositions: dict | None
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     rec = Recorder(tc_ir.Graph(f"{graph.name}_{'joint' if training else 'forward'}"), decompositions)
     fakes, leaves = _fake_inputs(mode, graph, rec, inputs, training)
-    with mode, rec, torch.set_grad_enabled(training), _no_autocast_leak():
+    # cuDNN batch norm writes running stats behind its schema's back and needs its reserve
+    # buffer in the backward; with cuDNN off, CUDA batch norm traces as native_batch_norm.
+    with mode, rec, torch.set_grad_enabled(training), _no_autocast_leak(), torch.backends.cudnn.flags(enabled=False):
         outs = tc_ir.interpret(graph, fakes)
     nodes: list[tc_ir.Node] = []
     tensors: list[torch.Tensor] = []
