@@ -1,0 +1,95 @@
+"""Building kernels: C++ through g++ into a cached shared object, in parallel, once per hash."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+CXX_FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-fno-math-errno", "-w", "-std=c++17"]
+
+_pool: concurrent.futures.ThreadPoolExecutor | None = None
+_loaded: dict[str, concurrent.futures.Future] = {}
+_lock = threading.Lock()
+
+
+class CompilerNotFound(RuntimeError):
+    """No C++ compiler: set CXX, install g++, or run on CUDA tensors (Triton)."""
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("TC_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tc")
+    path = Path(root) / "inductor"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@functools.cache
+def compiler() -> str:
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+    if not cxx:
+        raise CompilerNotFound(
+            "tc_inductor's C++ backend needs a C++ compiler (g++ or clang++) on PATH, or CXX set; "
+            "none was found. Install one (e.g. `apt-get install g++`) or use CUDA tensors.")
+    return cxx
+
+
+@functools.cache
+def toolchain_key() -> str:
+    """What a compiled object depends on besides its source: compiler, flags, machine."""
+    try:
+        version = subprocess.run([compiler(), "--version"], capture_output=True, text=True, timeout=30).stdout
+    except OSError as e:
+        raise CompilerNotFound(f"cannot run {compiler()}: {e}") from e
+    cpu = ""
+    try:
+        cpu = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "")
+    except OSError:
+        pass
+    return hashlib.sha256("\n".join([version, " ".join(CXX_FLAGS), platform.machine(), cpu]).encode()).hexdigest()[:16]
+
+
+def source_hash(source: str) -> str:
+    return hashlib.sha256((toolchain_key() + source).encode()).hexdigest()[:24]
+
+
+def _workers() -> concurrent.futures.ThreadPoolExecutor:
+    global _pool
+    if _pool is None:
+        _pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1),
+                                                      thread_name_prefix="tc-compile")
+    return _pool
+
+
+def compile_cpp_async(source: str) -> concurrent.futures.Future:
+    """Start building ``source`` (each g++ runs as its own worker process); a future of the CDLL."""
+    compiler()
+    key = source_hash(source)
+    with _lock:
+        if key not in _loaded:
+            _loaded[key] = _workers().submit(_build_and_load, source, key)
+        return _loaded[key]
+
+
+def _build_and_load(source: str, key: str) -> ctypes.CDLL:
+    out = cache_dir() / "cpp" / f"{key}.so"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+            src = Path(tmp) / f"{key}.cpp"
+            src.write_text(source)
+            so = Path(tmp) / f"{key}.so"
+            proc = subprocess.run([compiler(), *CXX_FLAGS, str(src), "-o", str(so)], capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise RuntimeError(f"g++ failed on a generated kernel:\n{proc.stderr[-4000:]}\n--- source ---\n{source}")
+            (out.parent / f"{key}.cpp").write_text(source)
+            os.replace(so, out)
+    return ctypes.CDLL(str(out))

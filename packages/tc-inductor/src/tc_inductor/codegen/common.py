@@ -1,0 +1,74 @@
+"""What every backend shares: index printing and a scoped common-subexpression emitter."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import sympy
+
+from ..kir import FloorDiv, ModIndex, Ops, UOp
+
+
+def print_index(expr: sympy.Expr, names: dict[str, str], floordiv: str = "/") -> str:
+    """Print an index expression; ``names`` renames symbols (indirect indices, sizes)."""
+    expr = sympy.sympify(expr)
+    if expr.is_Integer:
+        value = int(expr)
+        return f"{value}" if abs(value) < 2**31 else f"{value}LL" if floordiv == "/" else f"{value}"
+    if expr.is_Symbol:
+        return names.get(expr.name, expr.name)
+    if isinstance(expr, FloorDiv):
+        a, b = (print_index(x, names, floordiv) for x in expr.args)
+        return f"({a} {floordiv} {b})"
+    if isinstance(expr, ModIndex):
+        a, b = (print_index(x, names, floordiv) for x in expr.args)
+        return f"({a} % {b})"
+    if expr.is_Add:
+        return "(" + " + ".join(print_index(a, names, floordiv) for a in expr.args) + ")"
+    if expr.is_Mul:
+        return "(" + " * ".join(print_index(a, names, floordiv) for a in expr.args) + ")"
+    if expr.is_Pow and expr.exp.is_Integer and int(expr.exp) > 0:
+        base = print_index(expr.base, names, floordiv)
+        return "(" + " * ".join([base] * int(expr.exp)) + ")"
+    raise NotImplementedError(f"cannot print index {expr}")
+
+
+class Scope:
+    """Values already computed where code is being emitted; children see their parents'."""
+
+    def __init__(self, parent: Scope | None = None, mask: str | None = None):
+        self.parent, self.mask, self.cache = parent, mask, {}
+
+    def lookup(self, u: UOp) -> str | None:
+        scope = self
+        while scope is not None:
+            if u in scope.cache:
+                return scope.cache[u]
+            scope = scope.parent
+        return None
+
+
+class Emitter:
+    """Turns UOp trees into one assignment per distinct value. Backends supply the printing."""
+
+    def __init__(self, render: Callable[[UOp, list, Scope], str], declare: Callable[[UOp, str, str], str],
+                 masked: Callable[..., str]):
+        self.render, self.declare, self.masked = render, declare, masked
+        self.counter = 0
+
+    def new_var(self) -> str:
+        self.counter += 1
+        return f"tmp{self.counter}"
+
+    def value(self, u: UOp, scope: Scope, lines: list[str]) -> str:
+        found = scope.lookup(u)
+        if found is not None:
+            return found
+        if u.op is Ops.MASKED:
+            var = self.masked(self, u, scope, lines)
+        else:
+            args = [self.value(s, scope, lines) for s in u.src]
+            var = self.new_var()
+            lines.append(self.declare(u, var, self.render(u, args, scope)))
+        scope.cache[u] = var
+        return var

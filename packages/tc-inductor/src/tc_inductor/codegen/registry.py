@@ -1,0 +1,46 @@
+"""The backend registry: each entry says when it applies and how to build and load a kernel."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol
+
+import attrs
+
+from ..kir import Kernel
+
+
+class KernelBackend(Protocol):
+    name: str
+
+    def generate(self, kernel: Kernel, name: str, options: dict) -> str: ...
+
+    def compile(self, source: str, name: str, options: dict) -> Callable[[], Any]: ...
+
+    def launch_code(self, kernel: Kernel, name: str, args: list[str], options: dict) -> str: ...
+
+
+@attrs.define
+class BackendEntry:
+    name: str
+    check: Callable[[Any, dict], bool]  # (device, options) -> applies?
+    backend: Any
+
+
+BACKENDS: list[BackendEntry] = []
+
+
+def register_backend(name: str, check: Callable[[Any, dict], bool], backend: Any) -> None:
+    BACKENDS.append(BackendEntry(name, check, backend))
+
+
+def choose_backend(device: Any, options: dict) -> Any:
+    _load_builtin()
+    for entry in BACKENDS:
+        if entry.check(device, options):
+            return entry.backend
+    raise RuntimeError(f"no kernel backend for device {device} with options {options}")
+
+
+def _load_builtin() -> None:
+    if not BACKENDS:
+        from . import cpp, triton  # noqa: F401  (each registers itself)

@@ -1,0 +1,271 @@
+"""``compile``: the pipeline, top to bottom, plus the graph-level cache.
+
+    lower (graph → buffers + extern calls) → schedule (fusion) → kernels (per backend,
+    compiled in parallel as soon as generated) → wrapper (Python) → CompiledGraph
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+import tc_ir
+
+from . import kir
+from .codegen import choose_backend
+from .codegen.build import cache_dir
+from .config import VERSION, Options
+from .graph_lowering import GraphLowering, LoweredGraph
+from .ir import BufferValue, ComputedBuffer, ExternCall
+from .scheduler import Group, Schedule, build_kernel, schedule
+from .wrapper import KernelCall, generate
+
+perf = tc_ir.logs.get_logger("perf_hints")
+output_code = tc_ir.logs.get_logger("output_code")
+_MEMORY_CACHE: dict[str, dict] = {}
+
+
+class CompiledGraph:
+    """A compiled graph: call it with the graph's inputs, positionally.
+
+    ``source`` is the generated Python wrapper, ``kernels`` the kernel sources, ``stats`` a
+    dict with ``kernels`` (launches per call), ``fused_nodes``, ``bytes_read``,
+    ``bytes_written`` and ``extern_calls``.
+    """
+
+    def __init__(self, fn, source: str, kernels: list[str], stats: dict, timings: dict):
+        self._fn, self.source, self.kernels, self.stats, self.timings = fn, source, kernels, stats, timings
+
+    def __call__(self, *inputs: Any) -> Any:
+        return self._fn(list(inputs))
+
+    def __repr__(self) -> str:
+        return f"<tc_inductor.CompiledGraph {self.stats}>"
+
+
+class _Timer:
+    def __init__(self):
+        self.times: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, stage: str):
+        start = time.perf_counter()
+        yield
+        self.times[stage] = self.times.get(stage, 0.0) + time.perf_counter() - start
+
+
+def compile(graph: tc_ir.Graph, example_inputs: list, options: dict | None = None) -> CompiledGraph:  # noqa: A001
+    """Compile an ATen-level ``tc_ir.Graph`` into a callable running fused kernels.
+
+    >>> import torch, tc_ir, tc_inductor
+    >>> aten = torch.ops.aten
+    >>> g = tc_ir.Graph()
+    >>> x = g.input("x", tc_ir.TensorSpec((1024,), torch.float32))
+    >>> g.output(g.call(aten.mul.Tensor, g.call(aten.relu.default, x), 2.0))
+    >>> k = tc_inductor.compile(g, [torch.randn(1024)])
+    >>> k.stats["kernels"]
+    1
+    """
+    opts = Options.from_dict(options)
+    timer = _Timer()
+    key = _cache_key(graph, example_inputs, opts)
+    record = _cache_get(key, opts) if key and opts.cache else None
+    if record is None:
+        with timer("lower"):
+            lowered = GraphLowering(graph, list(example_inputs), opts).run()
+        with timer("schedule"):
+            sched = schedule(lowered, opts)
+        with timer("codegen"):
+            record = _generate(lowered, sched, opts, graph)
+        if key and opts.cache and record.get("cacheable"):
+            _cache_put(key, record, opts)
+    else:
+        timer.times["cache_hit"] = 0.0
+    with timer("compile_kernels"):
+        compiled = _load(record, graph, opts)
+    _report(timer.times, record)
+    return compiled
+
+
+# ---- code generation ------------------------------------------------------------------------
+
+def _generate(lowered: LoweredGraph, sched: Schedule, opts: Options, graph: tc_ir.Graph) -> dict:
+    dtypes = _buffer_dtypes(lowered)
+    calls: dict[Group, KernelCall] = {}
+    kernels: list[dict] = []
+    by_source: dict[str, str] = {}
+    stats = {"kernels": 0, "fused_nodes": 0, "bytes_read": 0, "bytes_written": 0, "extern_calls": 0}
+    for step in sched.steps:
+        if isinstance(step, ExternCall):
+            stats["extern_calls"] += 1
+            continue
+        kernel = build_kernel(step, sched.stored, dtypes, opts)
+        backend = choose_backend(step.device, opts)
+        source = backend.generate(kernel, "kernel", opts)
+        if source not in by_source:
+            name = f"k{len(by_source)}"
+            by_source[source] = name
+            kernels.append({"name": name, "backend": backend.name, "source": source,
+                            "meta": backend.metadata(kernel, opts)})
+            backend.start(kernels[-1], opts)  # compile in the background while we go on
+        name = by_source[source]
+        args = [n for n, _ in kernel.inputs] + [n for n, _ in kernel.outputs]
+        calls[step] = KernelCall(name, args, list(kernel.sizes), backend.launch(name, kernel, args, opts))
+        stats["kernels"] += 1
+        stats["fused_nodes"] += len(step.members) - 1
+        stats["bytes_read"] += sum(_nbytes(lowered, n) for n, _ in kernel.inputs)
+        stats["bytes_written"] += sum(_nbytes(lowered, n) for n, _ in kernel.outputs)
+        tc_ir.logs.dump("kernel", name, kir.format_kernel(kernel, name) + "\n\n" + source)
+    extern_names = {s.name: f"ext_{s.name}" for s in sched.steps if isinstance(s, ExternCall)}
+    targets = {extern_names[s.name]: s.target for s in sched.steps if isinstance(s, ExternCall)}
+    source = generate(lowered, sched, calls, extern_names)
+    tc_ir.logs.dump("wrapper", graph.name, source)
+    tc_ir.logs.dump("fusion", graph.name, "\n".join(sched.log))
+    output_code.debug("wrapper for %s:\n%s", graph.name, source)
+    target_names = {k: _target_name(t) for k, t in targets.items()}
+    return {"source": source, "kernels": kernels, "stats": stats, "targets": targets, "target_names": target_names,
+            "constants": dict(lowered.constant_keys), "cacheable": all(v is not None for v in target_names.values()),
+            "extern_reasons": dict(lowered.extern_reasons)}
+
+
+def _target_name(target: Any) -> str | None:
+    try:
+        name = tc_ir.target_name(target)
+        return name if tc_ir.resolve_target(name) is target else None
+    except Exception:
+        return None
+
+
+def _buffer_dtypes(lowered: LoweredGraph) -> dict:
+    dtypes = {i.name: i.spec.dtype for i in lowered.inputs if isinstance(i.spec, tc_ir.TensorSpec)}
+    dtypes.update({n: v.dtype for n, v in lowered.constants.items() if isinstance(v, torch.Tensor)})
+    for step in lowered.steps:
+        if isinstance(step, ComputedBuffer):
+            dtypes[step.name] = step.dtype
+        else:
+            dtypes.update({o.name: o.dtype for o in tc_ir.leaves(step.outputs) if isinstance(o, BufferValue)})
+    return dtypes
+
+
+def _nbytes(lowered: LoweredGraph, name: str) -> int:
+    for step in lowered.steps:
+        if isinstance(step, ComputedBuffer) and step.name == name:
+            return _numel(step.shape) * step.dtype.itemsize
+    for inp in lowered.inputs:
+        if inp.name == name and isinstance(inp.spec, tc_ir.TensorSpec):
+            return _numel(inp.spec.shape) * inp.spec.dtype.itemsize
+    return 0
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s) if isinstance(s, int) else 0
+    return n
+
+
+# ---- loading ---------------------------------------------------------------------------------
+
+def _load(record: dict, graph: tc_ir.Graph, opts: Options) -> CompiledGraph:
+    from .codegen.registry import BACKENDS, _load_builtin
+
+    _load_builtin()
+    backends = {e.name: e.backend for e in BACKENDS}
+    env: dict[str, Any] = {"torch": torch, "_layout": _layout, "constants": {}}
+    for k in record["kernels"]:
+        backends[k["backend"]].start(k, opts)
+    for k in record["kernels"]:
+        env[k["name"]] = backends[k["backend"]].load(k, opts)
+    targets = record.get("targets") or {n: tc_ir.resolve_target(t) for n, t in record["target_names"].items()}
+    env.update(targets)
+    env["constants"] = {name: graph.tensors[key] for name, key in record["constants"].items()}
+    exec(compile_source(record["source"]), env)  # noqa: S102  (our own generated wrapper)
+    return CompiledGraph(env["call"], record["source"], [k["source"] for k in record["kernels"]],
+                         dict(record["stats"]), {})
+
+
+def compile_source(source: str):
+    import builtins
+
+    return builtins.compile(source, "<tc_inductor wrapper>", "exec")
+
+
+def _layout(t: Any, shape: tuple, stride: tuple) -> Any:
+    """``t`` in the layout kernels were compiled for (a copy only when it differs)."""
+    if not isinstance(t, torch.Tensor):
+        return t
+    if tuple(t.shape) != shape:
+        raise ValueError(f"tc_inductor: compiled for shape {list(shape)}, got {list(t.shape)}")
+    if all(st == want or size <= 1 for st, want, size in zip(t.stride(), stride, shape)):
+        return t
+    return torch.empty_strided(shape, stride, dtype=t.dtype, device=t.device).copy_(t)
+
+
+# ---- the graph-level cache -------------------------------------------------------------------------
+
+def _cache_key(graph: tc_ir.Graph, example_inputs: list, opts: Options) -> str | None:
+    try:
+        text = graph.format(data=True)
+    except Exception:
+        return None
+    specs = [str(tc_ir.spec_of(x)) + (str(x.stride()) if isinstance(x, torch.Tensor) else repr(x))
+             for x in example_inputs]
+    parts = [text, "|".join(specs), opts.cache_text(), VERSION, torch.__version__, _triton_version()]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+
+
+def _triton_version() -> str:
+    try:
+        import triton
+
+        return triton.__version__
+    except ImportError:
+        return "none"
+
+
+def _cache_get(key: str, opts: Options) -> dict | None:
+    if key in _MEMORY_CACHE:
+        return _MEMORY_CACHE[key]
+    data = None
+    if opts.artifact_store is not None:
+        data = opts.artifact_store.get("inductor_graph", key)
+    else:
+        path = cache_dir() / "graphs" / f"{key}.json"
+        if path.exists():
+            data = path.read_bytes()
+    if data is None:
+        return None
+    record = json.loads(data)
+    record["targets"] = None
+    _MEMORY_CACHE[key] = record
+    return record
+
+
+def _cache_put(key: str, record: dict, opts: Options) -> None:
+    _MEMORY_CACHE[key] = record
+    stored = {k: v for k, v in record.items() if k != "targets"}
+    data = json.dumps(stored).encode()
+    if opts.artifact_store is not None:
+        opts.artifact_store.put("inductor_graph", key, data)
+        return
+    path = cache_dir() / "graphs" / f"{key}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{time.time_ns()}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def _report(times: dict, record: dict) -> None:
+    if not tc_ir.logs.enabled("perf_hints"):
+        return
+    total = sum(times.values())
+    parts = ", ".join(f"{stage} {seconds * 1000:.1f} ms" for stage, seconds in times.items())
+    perf.debug("compile %.1f ms (%s); %d kernels (%d unique), %d extern calls", total * 1000, parts,
+               record["stats"]["kernels"], len(record["kernels"]), record["stats"]["extern_calls"])
+    for op, reason in record.get("extern_reasons", {}).items():
+        perf.debug("extern call %s: %s", op, reason)

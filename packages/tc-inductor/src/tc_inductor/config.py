@@ -1,0 +1,48 @@
+"""Options of tc_inductor.compile: one typed record, readable from a dict or the environment."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import attrs
+
+VERSION = "0.1.0"
+
+
+@attrs.frozen
+class Options:
+    """What a compile may be asked to do differently.
+
+    backend: "auto" (C++ on CPU, Triton on CUDA), "cpp", or "triton" (Triton on CPU tensors
+      runs under the Triton interpreter, for testing).
+    max_autotune: benchmark several configs per Triton kernel and keep the fastest.
+    emulate_precision_casts: round intermediates to bf16/fp16 wherever eager would.
+    fusion: fuse buffers into shared kernels (off: one kernel per buffer, for debugging).
+    cache: use the graph-level cache (in memory and on disk).
+    artifact_store: an object with get(kind, key) -> bytes | None and put(kind, key, data).
+    """
+
+    backend: str = "auto"
+    max_autotune: bool = False
+    emulate_precision_casts: bool = False
+    fusion: bool = True
+    cache: bool = True
+    artifact_store: Any = None
+
+    @classmethod
+    def from_dict(cls, options: dict | None) -> Options:
+        options = dict(options or {})
+        env_backend = os.environ.get("TC_INDUCTOR_BACKEND")
+        if env_backend and "backend" not in options:
+            options["backend"] = env_backend
+        unknown = set(options) - {f.name for f in attrs.fields(cls)}
+        if unknown:
+            raise TypeError(f"unknown tc_inductor options {sorted(unknown)}")
+        return cls(**options)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return getattr(self, name, default)
+
+    def cache_text(self) -> str:
+        return repr({f.name: getattr(self, f.name) for f in attrs.fields(Options) if f.name != "artifact_store"})

@@ -1,0 +1,139 @@
+"""Decompositions: the table handed to the autograd tracer, and lowering-time decomposition.
+
+:func:`decompositions` is what the umbrella passes to tc_autograd: ops whose parts our
+lowerings fuse well (gelu, silu, softmax backward, layer norm backward...) are decomposed into
+pointwise ops and reductions. At lowering time, an op with neither a lowering nor a preference
+for an extern call is decomposed with torch's table by :func:`trace_decomposition`, which
+records the decomposition's ATen calls on meta tensors into a small tc_ir graph.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import torch
+import torch._decomp
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map
+
+import tc_ir
+
+aten = torch.ops.aten
+
+# Ops that are better as a call into torch than as generated code (vendor libraries).
+EXTERN_PREFERRED = {
+    aten.mm.default, aten.bmm.default, aten.addmm.default, aten.baddbmm.default, aten.addbmm.default,
+    aten.convolution.default, aten.convolution_backward.default, aten._convolution.default,
+    aten.scaled_dot_product_attention.default, aten._scaled_dot_product_efficient_attention.default,
+    aten._scaled_dot_product_flash_attention.default, aten._scaled_dot_product_flash_attention_for_cpu.default,
+    aten._scaled_dot_product_cudnn_attention.default, aten.mv.default, aten.dot.default, aten.matmul.default,
+    aten.cumsum.default, aten.cumprod.default, aten.sort.default, aten.topk.default, aten.nonzero.default,
+    aten.addmv.default, aten.linear.default,
+}
+
+# What the autograd tracer should decompose before tc_inductor sees the graph.
+_FOR_TRACER = [
+    "gelu", "gelu_backward", "silu", "silu_backward", "mish", "hardswish", "hardsigmoid",
+    "hardsigmoid_backward", "hardswish_backward", "softplus", "softplus_backward", "elu_backward",
+    "leaky_relu_backward", "hardtanh_backward", "sigmoid_backward", "tanh_backward",
+    "_softmax_backward_data", "_log_softmax_backward_data", "native_layer_norm_backward",
+    "native_group_norm", "native_group_norm_backward", "native_batch_norm_backward",
+    "_native_batch_norm_legit_functional", "_native_batch_norm_legit_no_training",
+    "_native_batch_norm_legit", "native_batch_norm", "nll_loss_forward", "nll_loss_backward",
+    "nll_loss2d_forward", "nll_loss2d_backward", "mse_loss", "mse_loss_backward", "binary_cross_entropy",
+    "binary_cross_entropy_backward", "huber_loss", "huber_loss_backward", "smooth_l1_loss",
+    "smooth_l1_loss_backward", "logsumexp", "linalg_vector_norm", "norm", "embedding_dense_backward",
+    "select_backward", "slice_backward", "index_select_backward", "diagonal_backward", "expand_backward",
+    "rsub", "addcmul", "addcdiv", "lerp", "clamp_min", "clamp_max", "masked_fill", "threshold_backward",
+    "var_mean", "std_mean", "native_dropout_backward", "log_sigmoid_forward", "log_sigmoid_backward", "glu",
+    "glu_backward", "upsample_nearest2d", "upsample_bilinear2d", "_adaptive_avg_pool2d", "avg_pool2d",
+    "col2im", "im2col", "reflection_pad2d", "replication_pad2d", "rms_norm", "trace", "baddbmm", "addmv",
+    "xlogy", "logit", "frac", "sgn", "special_entr",
+]
+
+
+def decompositions() -> dict[Any, Callable]:
+    """The decomposition table tc_inductor prefers its input graphs to be traced with."""
+    packets = [getattr(aten, name) for name in _FOR_TRACER if hasattr(aten, name)]
+    return torch._decomp.get_decompositions(packets)
+
+
+@functools.cache
+def _lowering_table() -> dict[Any, Callable]:
+    table = dict(torch._decomp.decomposition_table)
+    table.update(torch._decomp.core_aten_decompositions())
+    return table
+
+
+def find_decomposition(target: Any) -> Callable | None:
+    if target in EXTERN_PREFERRED or not isinstance(target, torch._ops.OpOverload):
+        return None
+    return _lowering_table().get(target)
+
+
+class _Recorder(TorchDispatchMode):
+    def __init__(self, graph: tc_ir.Graph, nodes: dict[int, Any]):
+        super().__init__()
+        self.graph, self.nodes = graph, nodes
+
+    def _node_of(self, value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            if id(value) not in self.nodes:
+                raise _Untraceable("a tensor from outside the decomposition")
+            return self.nodes[id(value)][0]
+        return value
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._local_scalar_dense.default:
+            raise _Untraceable("data-dependent value")
+        out = func(*args, **kwargs)
+        node_args, node_kwargs = tree_map(self._node_of, (args, kwargs))
+        node = self.graph.call(func, *node_args, kwargs=node_kwargs, spec=tc_ir.spec_of(out))
+        if isinstance(out, torch.Tensor):
+            self.nodes[id(out)] = (node, out)
+        elif isinstance(out, (tuple, list)):
+            for i, item in enumerate(out):
+                if isinstance(item, torch.Tensor):
+                    import operator
+
+                    self.nodes[id(item)] = (self.graph.call(operator.getitem, node, i, spec=tc_ir.spec_of(item)), item)
+        return out
+
+
+class _Untraceable(Exception):
+    pass
+
+
+def trace_decomposition(target: Any, args: tuple, kwargs: dict, arg_specs: dict) -> tc_ir.Graph | None:
+    """Record ``target``'s decomposition as a tc_ir graph whose inputs are the tensor args.
+
+    ``args``/``kwargs`` hold ``tc_ir.TensorSpec`` where the call has tensors (keys of
+    ``arg_specs`` are their positions in the flattened structure). Returns None when the
+    decomposition cannot be recorded (data-dependent values, symbolic sizes...).
+    """
+    fn = find_decomposition(target)
+    if fn is None:
+        return None
+    graph = tc_ir.Graph(f"decomp_{target}")
+    nodes: dict[int, Any] = {}
+    counter = iter(range(1 << 30))
+
+    def to_meta(value: Any) -> Any:
+        if isinstance(value, tc_ir.TensorSpec):
+            if not value.is_static:
+                raise _Untraceable("symbolic sizes")
+            t = value.meta_tensor()
+            nodes[id(t)] = (graph.input(f"a{next(counter)}", value), t)
+            return t
+        return value
+
+    try:
+        meta_args, meta_kwargs = tree_map(to_meta, (args, kwargs))
+        with _Recorder(graph, nodes) as recorder:
+            out = fn(*meta_args, **meta_kwargs)
+            graph.output(tree_map(recorder._node_of, out))
+    except Exception:
+        return None
+    return graph

@@ -1,0 +1,299 @@
+"""Lower a tc_ir ATen graph to computed buffers and extern calls (in graph order).
+
+Every call is lowered through the table in :mod:`tc_inductor.lowering`, decomposed with
+torch's tables when it has no lowering, or kept as an extern call through torch, so every
+graph compiles. A lowering whose result disagrees with the node's spec is rejected (and the
+node runs as an extern call), which keeps a wrong lowering from giving a wrong answer.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import attrs
+import sympy
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+
+import tc_ir
+from tc_ir import Node, TensorSpec
+
+from . import kir
+from .decompositions import EXTERN_PREFERRED, trace_decomposition
+from .ir import (BufferValue, ComputedBuffer, ExternCall, InputBuffer, Pointwise, TensorValue, Unsupported,
+                 contiguous_stride)
+from .lowering import LOWERINGS
+
+log = tc_ir.logs.get_logger("fusion")
+
+# A value known only when the wrapper runs (a scalar input, or an extern result of unknown kind).
+@attrs.define(eq=False)
+class RuntimeValue:
+    name: str
+
+
+@attrs.define
+class LoweredGraph:
+    """The result of lowering: what the scheduler and the wrapper work from."""
+
+    steps: list  # ComputedBuffer | ExternCall, in a legal order
+    inputs: list  # InputBuffer per graph input
+    constants: dict  # name -> held tensor / value
+    constant_keys: dict  # name -> key in graph.tensors
+    outputs: Any  # structure of BufferValue | RuntimeValue | python values
+    output_buffers: set  # names of buffers the outputs read
+    own: set  # names of buffers tc allocates
+    extern_reasons: dict  # op name -> reason it runs through torch
+
+
+class GraphLowering:
+    """Walks a graph once, lowering each node; the context lowerings receive."""
+
+    def __init__(self, graph: tc_ir.Graph, example_inputs: list, options: dict):
+        self.graph, self.example_inputs, self.options = graph, example_inputs, options
+        self.steps: list = []
+        self.inputs: list[InputBuffer] = []
+        self.constants: dict[str, Any] = {}
+        self.constant_keys: dict[str, str] = {}  # wrapper name -> key in graph.tensors
+        self.own: set[str] = set()
+        self.extern_reasons: dict[str, str] = {}
+        self.spec: Any = None
+        self.target: Any = None
+        self._count = 0
+        self._depth = 0
+
+    # ---- the context lowerings use ----------------------------------------------------------
+    def new_name(self, prefix: str = "buf") -> str:
+        self._count += 1
+        return f"{prefix}{self._count}"
+
+    def realize(self, value: TensorValue, stride: tuple | None = None) -> BufferValue:
+        if isinstance(value, BufferValue) and (stride is None or tuple(value.stride) == tuple(stride)):
+            return value
+        stride = tuple(stride) if stride is not None else contiguous_stride(value.shape)
+        buf = ComputedBuffer(self.new_name(), value.shape, stride, value.dtype, value.device,
+                             lambda index, rindex, value=value: value.load(index))
+        self._add_computed(buf)
+        return buf.value()
+
+    def reduction(self, shape, dtype, device, body, rranges, reduction_type, reduced_dims=()) -> BufferValue:
+        buf = ComputedBuffer(self.new_name(), tuple(shape), contiguous_stride(shape), dtype, device, body,
+                             tuple(rranges), reduction_type, tuple(reduced_dims))
+        self._add_computed(buf)
+        return buf.value()
+
+    def owns_storage(self, value: BufferValue) -> bool:
+        return value.name in self.own
+
+    def _add_computed(self, buf: ComputedBuffer) -> None:
+        self.steps.append(buf)
+        self.own.add(buf.name)
+
+    # ---- the walk ---------------------------------------------------------------------------
+    def run(self) -> LoweredGraph:
+        env: dict[Node, Any] = {}
+        self._env = env
+        for node in self.graph.nodes:
+            env[node] = self.lower_node(node, env)
+        outputs = tc_ir.map_structure(self.graph.outputs, lambda v: self._output(env[v], v.spec) if isinstance(v, Node) else v)
+        output_buffers = {v.name for v in tc_ir.leaves(outputs) if isinstance(v, BufferValue)}
+        return LoweredGraph(self.steps, self.inputs, self.constants, self.constant_keys, outputs, output_buffers, self.own,
+                            self.extern_reasons)
+
+    def _output(self, value: Any, spec: Any) -> Any:
+        if isinstance(value, Node):
+            return self._output(value, value.spec)
+        if isinstance(value, Pointwise):
+            stride = spec.stride if isinstance(spec, TensorSpec) and _dense(spec) else None
+            return self.realize(value, stride)
+        if isinstance(value, (tuple, list)):
+            specs = spec if isinstance(spec, (tuple, list)) and len(spec) == len(value) else [None] * len(value)
+            return type(value)(self._output(v, s) for v, s in zip(value, specs))
+        return value
+
+    def lower_node(self, node: Node, env: dict) -> Any:
+        if node.op == "input":
+            return self._input(node)
+        if node.op in ("param", "constant"):
+            value = self.graph.tensors[node.target]
+            if isinstance(value, torch.Tensor):
+                name = f"const_{node.name}"
+                self.constants[name] = value
+                self.constant_keys[name] = node.target
+                return BufferValue(name, value.shape, value.stride(), value.dtype, value.device)
+            return value
+        args, kwargs = tc_ir.map_structure((node.args, node.kwargs), lambda v: env[v] if isinstance(v, Node) else v)
+        if node.target is operator.getitem:
+            if isinstance(args[0], RuntimeValue):
+                return self.extern(node, args, kwargs, "item of an opaque value")
+            return args[0][args[1]]
+        result = self.lower_call(node, node.target, node.spec, args, kwargs)
+        return self._maybe_realize(node, result)
+
+    def _input(self, node: Node) -> Any:
+        index = len(self.inputs)
+        example = self.example_inputs[index] if index < len(self.example_inputs) else None
+        spec = TensorSpec.from_tensor(example) if isinstance(example, torch.Tensor) else node.spec
+        self.inputs.append(InputBuffer(node.name, spec, index))
+        if isinstance(example, torch.Tensor):
+            return BufferValue(node.name, example.shape, example.stride(), example.dtype, example.device)
+        return RuntimeValue(node.name)
+
+    def lower_call(self, node: Node, target: Any, spec: Any, args: tuple, kwargs: dict) -> Any:
+        reason = self._kernel_reason(target, spec, args, kwargs)
+        if reason is None and target in LOWERINGS:
+            try:
+                self.spec, self.target = spec, target
+                result = LOWERINGS[target](self, *args, **kwargs)
+                _check(result, spec)
+                return result
+            except Unsupported as e:
+                reason = f"lowering declined: {e}"
+            except Exception as e:  # a lowering bug must not become a wrong answer
+                reason = f"lowering failed: {type(e).__name__}: {e}"
+                log.debug("%s: %s", target, reason)
+        elif reason is None:
+            reason = "no lowering"
+        if reason in ("no lowering",) or reason.startswith("lowering declined"):
+            decomposed = self._decompose(node, target, args, kwargs)
+            if decomposed is not _NOT_DONE:
+                return decomposed
+        return self.extern(node, args, kwargs, reason, target=target, spec=spec)
+
+    def _kernel_reason(self, target: Any, spec: Any, args: tuple, kwargs: dict) -> str | None:
+        if not isinstance(target, torch._ops.OpOverload):
+            return "not an ATen overload"
+        if target in EXTERN_PREFERRED:
+            return "extern by design (vendor kernel)"
+        if tc_ir.is_random(target) or tc_ir.is_mutating(target):
+            return "random or mutating op"
+        leaves = [v for v in tc_ir.leaves((args, kwargs))]
+        if any(isinstance(v, RuntimeValue) for v in leaves):
+            return "reads a runtime value"
+        if any(isinstance(v, (sympy.Expr, torch.SymInt)) and not isinstance(v, (int, float)) for v in leaves):
+            return "symbolic scalar argument"
+        tensors = [v for v in leaves if isinstance(v, TensorValue)]
+        specs = [s for s in tc_ir.leaves(spec) if s is not None] if spec is not None else []
+        if spec is None or not all(isinstance(s, TensorSpec) for s in specs) or not specs:
+            return "result is not a tensor of known spec"
+        dtypes = {t.dtype for t in tensors} | {s.dtype for s in specs}
+        if not dtypes <= kir.KERNEL_DTYPES:
+            return f"dtype {sorted(map(str, dtypes - kir.KERNEL_DTYPES))}"
+        devices = {t.device.type for t in tensors} | {s.device.type for s in specs}
+        if len(devices) > 1 or not devices <= {"cpu", "cuda"}:
+            return f"devices {sorted(devices)}"
+        if any(isinstance(v, complex) for v in leaves):
+            return "complex scalar"
+        return None
+
+    def _decompose(self, node: Node, target: Any, args: tuple, kwargs: dict) -> Any:
+        if self._depth > 8:
+            return _NOT_DONE
+        flat, _ = tree_flatten((args, kwargs))
+        tensors = [v for v in flat if isinstance(v, TensorValue)]
+        if any(isinstance(v, RuntimeValue) for v in flat):
+            return _NOT_DONE
+        spec_args, spec_kwargs = tree_map(
+            lambda v: TensorSpec(v.shape, v.dtype, v.device, _stride_of(v)) if isinstance(v, TensorValue) else v,
+            (args, kwargs))
+        sub = trace_decomposition(target, spec_args, spec_kwargs, {})
+        if sub is None or any(n.target is target for n in sub.calls):
+            return _NOT_DONE
+        log.debug("decomposing %s into %d calls", target, len(sub.calls))
+        env = dict(zip(sub.inputs, tensors))
+        self._depth += 1
+        try:
+            for inner in sub.nodes:
+                if inner.op != "input":
+                    env[inner] = self.lower_node(inner, env)
+        finally:
+            self._depth -= 1
+        return tc_ir.map_structure(sub.outputs, lambda v: env[v] if isinstance(v, Node) else v)
+
+    def extern(self, node: Node, args: tuple, kwargs: dict, reason: str, target: Any = None, spec: Any = None) -> Any:
+        target = node.target if target is None else target
+        spec = node.spec if spec is None else spec
+        mutates = tc_ir.is_mutating(target)
+        if mutates:
+            self._realize_everything_pending()
+        args, kwargs = tc_ir.map_structure(
+            (args, kwargs), lambda v: self.realize(v) if isinstance(v, Pointwise) else v)
+        name = self.new_name("extern")
+        outputs = _extern_outputs(name, spec)
+        self.steps.append(ExternCall(name, target, args, kwargs, outputs, mutates, reason))
+        self.extern_reasons[tc_ir.target_name(target) if _nameable(target) else str(target)] = reason
+        log.debug("extern %s: %s", target, reason)
+        return outputs if outputs is not None else RuntimeValue(name)
+
+    def _realize_everything_pending(self) -> None:
+        # Lazy values still to be read must be computed before a mutation runs, as in eager.
+        for node, value in list(self._env.items()):
+            if isinstance(value, Pointwise) and any(u not in self._env for u in node.users):
+                self._env[node] = self.realize(value)
+
+    def _maybe_realize(self, node: Node, result: Any) -> Any:
+        if isinstance(result, Pointwise) and len(node.users) > 1 and _expensive(result):
+            return self.realize(result)
+        if any(tc_ir.is_mutating(u.target) for u in node.users if u.op == "call"):
+            return tc_ir.map_structure(result, lambda v: self.realize(v) if isinstance(v, Pointwise) else v)
+        return result
+
+
+_NOT_DONE = object()
+
+
+def _nameable(target: Any) -> bool:
+    try:
+        tc_ir.target_name(target)
+        return True
+    except Exception:
+        return False
+
+
+def _dense(spec: TensorSpec) -> bool:
+    """Whether spec's strides are a permutation of contiguous strides (safe to allocate)."""
+    if not spec.is_static:
+        return False
+    pairs = sorted((s, n) for s, n in zip(spec.stride, spec.shape) if n != 1)
+    expected = 1
+    for stride, size in pairs:
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _stride_of(v: TensorValue) -> tuple:
+    return v.stride if isinstance(v, BufferValue) else contiguous_stride(v.shape)
+
+
+def _expensive(value: Pointwise) -> bool:
+    index = kir.xvars(value.ndim)
+    ops = value.load(index).toposort()
+    loads = sum(1 for u in ops if u.op is kir.Ops.LOAD)
+    return len(ops) > 48 or loads > 4
+
+
+def _extern_outputs(name: str, spec: Any) -> Any:
+    if isinstance(spec, TensorSpec):
+        return BufferValue(name, spec.shape, spec.stride, spec.dtype, spec.device)
+    if isinstance(spec, tuple) and spec:
+        return tuple(BufferValue(f"{name}_{i}", s.shape, s.stride, s.dtype, s.device)
+                     if isinstance(s, TensorSpec) else RuntimeValue(f"{name}_{i}") for i, s in enumerate(spec))
+    return None
+
+
+def _check(result: Any, spec: Any) -> None:
+    """Raise when a lowering's result does not have the node's shapes and dtypes."""
+    if isinstance(spec, TensorSpec):
+        if not isinstance(result, TensorValue):
+            raise TypeError(f"lowering returned {type(result).__name__} for a tensor")
+        if tuple(result.shape) != tuple(spec.shape) or result.dtype != spec.dtype:
+            raise TypeError(f"lowering gave {result.dtype}{list(result.shape)}, expected {spec}")
+        return
+    if isinstance(spec, tuple):
+        if not isinstance(result, tuple) or len(result) != len(spec):
+            raise TypeError("lowering returned the wrong number of results")
+        for r, s in zip(result, spec):
+            _check(r, s)

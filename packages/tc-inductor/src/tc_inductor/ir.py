@@ -1,0 +1,137 @@
+"""Tensor values during lowering: lazy index functions, buffers, and what gets computed.
+
+A lowered value is a :class:`Pointwise` (a function from an index to a kernel-IR value, so
+views and pointwise ops compose as index math and nothing is copied) or a :class:`BufferValue`
+(a strided window on a named buffer). Lowering *realizes* a value into a
+:class:`ComputedBuffer` when it must live in memory: graph outputs, reductions, extern
+arguments, and expensive values read many times.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import attrs
+import sympy
+import torch
+
+from . import kir
+from .kir import UOp
+
+Index = tuple  # of sympy expressions, one per dim
+
+
+class Unsupported(Exception):
+    """A lowering declines this call (the node then runs as an extern call through torch)."""
+
+
+def as_expr(dim: Any) -> sympy.Expr:
+    return sympy.Integer(dim) if isinstance(dim, int) else dim
+
+
+def strided_index(index: Index, stride: Sequence[Any], offset: Any = 0) -> sympy.Expr:
+    return sympy.expand(as_expr(offset) + sum((as_expr(i) * as_expr(s) for i, s in zip(index, stride)), sympy.Integer(0)))
+
+
+class TensorValue:
+    """Something with a shape and dtype that can be read at an index."""
+
+    shape: tuple
+    dtype: torch.dtype
+    device: torch.device
+
+    def load(self, index: Index) -> UOp:
+        raise NotImplementedError
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+
+class Pointwise(TensorValue):
+    """A value computed element by element from ``fn(index)``; results are memoised per index."""
+
+    def __init__(self, shape: Sequence[Any], dtype: torch.dtype, device: torch.device, fn: Callable[[Index], UOp]):
+        self.shape, self.dtype, self.device, self.fn = tuple(shape), dtype, torch.device(device), fn
+        self._memo: dict[Index, UOp] = {}
+
+    def load(self, index: Index) -> UOp:
+        index = tuple(sympy.sympify(i) for i in index)
+        if index not in self._memo:
+            value = self.fn(index)
+            assert value.dtype == kir.compute_dtype(self.dtype), (value, self.dtype)
+            self._memo[index] = value
+        return self._memo[index]
+
+
+class BufferValue(TensorValue):
+    """A strided window (shape, stride, offset) on the named buffer ``name``."""
+
+    def __init__(self, name: str, shape: Sequence[Any], stride: Sequence[Any], dtype: torch.dtype,
+                 device: torch.device, offset: Any = 0):
+        self.name, self.shape, self.stride, self.offset = name, tuple(shape), tuple(stride), offset
+        self.dtype, self.device = dtype, torch.device(device)
+
+    def load(self, index: Index) -> UOp:
+        return kir.load(self.name, strided_index(index, self.stride, self.offset), self.dtype)
+
+    def restrided(self, shape: Sequence[Any], stride: Sequence[Any], offset: Any) -> BufferValue:
+        return BufferValue(self.name, shape, stride, self.dtype, self.device, offset)
+
+
+@attrs.define(eq=False)
+class ComputedBuffer:
+    """A buffer a generated kernel writes.
+
+    ``ranges`` index the buffer (its shape); a reduction also has ``rranges`` and computes
+    ``body(index, rindex)``, reduced with ``reduction_type``; a pointwise buffer computes
+    ``body(index, ())``. ``store_index(index)`` is where an element goes.
+    """
+
+    name: str
+    shape: tuple
+    stride: tuple
+    dtype: torch.dtype
+    device: torch.device
+    body: Callable[[Index, Index], UOp]
+    rranges: tuple = ()
+    reduction_type: str | None = None
+    reduced_dims: tuple = ()  # dims of ``shape`` that are size 1 because they were reduced
+
+    @property
+    def is_reduction(self) -> bool:
+        return self.reduction_type is not None
+
+    def store_index(self, index: Index) -> sympy.Expr:
+        return strided_index(index, self.stride)
+
+    def value(self) -> BufferValue:
+        return BufferValue(self.name, self.shape, self.stride, self.dtype, self.device)
+
+
+@attrs.define(eq=False)
+class ExternCall:
+    """A call run by torch from the wrapper: ``target(*args, **kwargs)`` with buffers by name."""
+
+    name: str
+    target: Any
+    args: tuple
+    kwargs: dict
+    outputs: Any  # BufferValue, a tuple of them (None where not a tensor), or None
+    mutates: bool = False
+    reason: str = ""
+
+
+@attrs.define(eq=False)
+class InputBuffer:
+    name: str
+    spec: Any
+    index: int  # position among the graph's inputs
+
+
+def contiguous_stride(shape: Sequence[Any]) -> tuple:
+    strides, running = [], sympy.Integer(1)
+    for size in reversed(shape):
+        strides.append(running)
+        running = running * (as_expr(size) if size != 1 else 1)
+    return tuple(int(s) if getattr(s, "is_Integer", False) else s for s in reversed(strides))

@@ -1,0 +1,302 @@
+"""The kernel IR: one immutable, structurally hashed node class over a closed op vocabulary.
+
+A ``UOp`` is the value of one element of a kernel's iteration space: loads at sympy index
+expressions, constants, arithmetic, casts, masked sub-computations and the results of in-kernel
+reductions. Equal trees are equal objects (hash and ``==`` are structural), so common
+sub-expressions merge for free when a backend prints a kernel.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import attrs
+import sympy
+import torch
+
+
+class Ops(enum.Enum):
+    # leaves
+    LOAD = enum.auto()       # arg=(buffer, index expr); src=values of indirect index symbols
+    CONST = enum.auto()      # arg=python number
+    INDEX = enum.auto()      # arg=sympy expr over loop variables, as an int64 value
+    SIZE = enum.auto()       # arg=scalar argument name (a runtime Python number)
+    REDUCED = enum.auto()    # arg=name of an in-kernel reduction: its per-row result
+    # structure
+    CAST = enum.auto()       # to self.dtype
+    WHERE = enum.auto()      # src=(cond, a, b)
+    MASKED = enum.auto()     # src=(mask, body, other): body is only evaluated where mask holds
+    # unary
+    NEG = enum.auto(); ABS = enum.auto(); EXP = enum.auto(); EXP2 = enum.auto(); EXPM1 = enum.auto()  # noqa: E702
+    LOG = enum.auto(); LOG2 = enum.auto(); LOG10 = enum.auto(); LOG1P = enum.auto()  # noqa: E702
+    SQRT = enum.auto(); RSQRT = enum.auto(); RECIPROCAL = enum.auto()  # noqa: E702
+    SIN = enum.auto(); COS = enum.auto(); TAN = enum.auto(); ASIN = enum.auto(); ACOS = enum.auto()  # noqa: E702
+    ATAN = enum.auto(); SINH = enum.auto(); COSH = enum.auto(); TANH = enum.auto()  # noqa: E702
+    ASINH = enum.auto(); ACOSH = enum.auto(); ATANH = enum.auto()  # noqa: E702
+    ERF = enum.auto(); ERFC = enum.auto(); ERFINV = enum.auto(); LGAMMA = enum.auto()  # noqa: E702
+    SIGMOID = enum.auto()
+    FLOOR = enum.auto(); CEIL = enum.auto(); ROUND = enum.auto(); TRUNC = enum.auto()  # noqa: E702
+    SIGN = enum.auto(); SIGNBIT = enum.auto()  # noqa: E702
+    ISNAN = enum.auto(); ISINF = enum.auto()  # noqa: E702
+    NOT = enum.auto(); BITNOT = enum.auto()  # noqa: E702
+    # binary
+    ADD = enum.auto(); SUB = enum.auto(); MUL = enum.auto(); TRUEDIV = enum.auto()  # noqa: E702
+    FLOORDIV = enum.auto(); TRUNCDIV = enum.auto(); MOD = enum.auto(); FMOD = enum.auto()  # noqa: E702
+    POW = enum.auto(); MAX = enum.auto(); MIN = enum.auto(); ATAN2 = enum.auto()  # noqa: E702
+    HYPOT = enum.auto(); COPYSIGN = enum.auto(); NEXTAFTER = enum.auto()  # noqa: E702
+    AND = enum.auto(); OR = enum.auto(); XOR = enum.auto()  # noqa: E702
+    BITAND = enum.auto(); BITOR = enum.auto(); BITXOR = enum.auto()  # noqa: E702
+    LSHIFT = enum.auto(); RSHIFT = enum.auto()  # noqa: E702
+    LT = enum.auto(); LE = enum.auto(); GT = enum.auto(); GE = enum.auto()  # noqa: E702
+    EQ = enum.auto(); NE = enum.auto()  # noqa: E702
+    # random: src=(seed, offset) -> uniform float32 in [0, 1) / standard normal
+    RAND = enum.auto(); RANDN = enum.auto()  # noqa: E702
+
+
+class GroupOp:
+    """Op properties as named sets (what backends and rewrites dispatch on)."""
+
+    Leaf = {Ops.LOAD, Ops.CONST, Ops.INDEX, Ops.SIZE, Ops.REDUCED}
+    Unary = {
+        Ops.NEG, Ops.ABS, Ops.EXP, Ops.EXP2, Ops.EXPM1, Ops.LOG, Ops.LOG2, Ops.LOG10, Ops.LOG1P,
+        Ops.SQRT, Ops.RSQRT, Ops.RECIPROCAL, Ops.SIN, Ops.COS, Ops.TAN, Ops.ASIN, Ops.ACOS,
+        Ops.ATAN, Ops.SINH, Ops.COSH, Ops.TANH, Ops.ASINH, Ops.ACOSH, Ops.ATANH, Ops.ERF,
+        Ops.ERFC, Ops.ERFINV, Ops.LGAMMA, Ops.SIGMOID, Ops.FLOOR, Ops.CEIL, Ops.ROUND, Ops.TRUNC,
+        Ops.SIGN, Ops.SIGNBIT, Ops.ISNAN, Ops.ISINF, Ops.NOT, Ops.BITNOT,
+    }
+    Binary = {
+        Ops.ADD, Ops.SUB, Ops.MUL, Ops.TRUEDIV, Ops.FLOORDIV, Ops.TRUNCDIV, Ops.MOD, Ops.FMOD,
+        Ops.POW, Ops.MAX, Ops.MIN, Ops.ATAN2, Ops.HYPOT, Ops.COPYSIGN, Ops.NEXTAFTER, Ops.AND,
+        Ops.OR, Ops.XOR, Ops.BITAND, Ops.BITOR, Ops.BITXOR, Ops.LSHIFT, Ops.RSHIFT,
+        Ops.LT, Ops.LE, Ops.GT, Ops.GE, Ops.EQ, Ops.NE,
+    }
+    Compare = {Ops.LT, Ops.LE, Ops.GT, Ops.GE, Ops.EQ, Ops.NE}
+    BoolResult = Compare | {Ops.ISNAN, Ops.ISINF, Ops.SIGNBIT, Ops.NOT, Ops.AND, Ops.OR, Ops.XOR}
+    # Math that must run in floating point (integer inputs are promoted before these).
+    FloatOnly = {
+        Ops.EXP, Ops.EXP2, Ops.EXPM1, Ops.LOG, Ops.LOG2, Ops.LOG10, Ops.LOG1P, Ops.SQRT, Ops.RSQRT,
+        Ops.SIN, Ops.COS, Ops.TAN, Ops.ASIN, Ops.ACOS, Ops.ATAN, Ops.SINH, Ops.COSH, Ops.TANH,
+        Ops.ASINH, Ops.ACOSH, Ops.ATANH, Ops.ERF, Ops.ERFC, Ops.ERFINV, Ops.LGAMMA, Ops.SIGMOID,
+        Ops.TRUEDIV, Ops.ATAN2, Ops.HYPOT, Ops.COPYSIGN, Ops.NEXTAFTER,
+    }
+    Random = {Ops.RAND, Ops.RANDN}
+
+
+REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all")
+
+# dtypes generated kernels handle; anything else runs as an extern call through torch.
+KERNEL_DTYPES = {
+    torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
+    torch.int16, torch.int8, torch.uint8, torch.bool,
+}
+LOW_PRECISION = {torch.float16, torch.bfloat16}
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a kernel computes in for values stored as ``dtype`` (half types widen)."""
+    return torch.float32 if dtype in LOW_PRECISION else dtype
+
+
+@attrs.frozen(cache_hash=True)
+class UOp:
+    """One kernel-IR value. ``dtype`` is the dtype it is computed in."""
+
+    op: Ops
+    dtype: torch.dtype
+    src: tuple[UOp, ...] = ()
+    arg: Any = None
+
+    def __repr__(self) -> str:
+        inner = ", ".join([repr(s) for s in self.src] + ([str(self.arg)] if self.arg is not None else []))
+        return f"{self.op.name.lower()}<{_short(self.dtype)}>({inner})"
+
+    def toposort(self) -> list[UOp]:
+        """Every distinct node of this tree, operands before users."""
+        seen: dict[UOp, None] = {}
+
+        def visit(u: UOp) -> None:
+            if u in seen:
+                return
+            for s in u.src:
+                visit(s)
+            seen[u] = None
+
+        visit(self)
+        return list(seen)
+
+
+def _short(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+# ---- constructors -------------------------------------------------------------------------
+
+def const(value: Any, dtype: torch.dtype) -> UOp:
+    if dtype == torch.bool:
+        value = bool(value)
+    elif dtype.is_floating_point:
+        value = float(value)
+    else:
+        value = int(value)
+    return UOp(Ops.CONST, compute_dtype(dtype), (), value)
+
+
+def load(buffer: str, index: sympy.Expr, dtype: torch.dtype) -> UOp:
+    index = sympy.sympify(index)
+    return UOp(Ops.LOAD, compute_dtype(dtype), indirect_sources(index), (buffer, index))
+
+
+def index_value(expr: Any) -> UOp:
+    expr = sympy.sympify(expr)
+    return UOp(Ops.INDEX, torch.int64, indirect_sources(expr), expr)
+
+
+def cast(x: UOp, dtype: torch.dtype) -> UOp:
+    dtype = compute_dtype(dtype)
+    return x if x.dtype == dtype else UOp(Ops.CAST, dtype, (x,))
+
+
+def round_to(x: UOp, dtype: torch.dtype) -> UOp:
+    """Round to a storage dtype and widen again: how eager rounds a half-precision result."""
+    return UOp(Ops.CAST, x.dtype, (UOp(Ops.CAST, dtype, (x,)),)) if dtype in LOW_PRECISION else x
+
+
+def unary(op: Ops, x: UOp) -> UOp:
+    return UOp(op, torch.bool if op in GroupOp.BoolResult else x.dtype, (x,))
+
+
+def binary(op: Ops, a: UOp, b: UOp) -> UOp:
+    assert a.dtype == b.dtype or op in (Ops.LSHIFT, Ops.RSHIFT), (op, a.dtype, b.dtype)
+    return UOp(op, torch.bool if op in GroupOp.BoolResult else a.dtype, (a, b))
+
+
+def where(cond: UOp, a: UOp, b: UOp) -> UOp:
+    assert a.dtype == b.dtype, (a.dtype, b.dtype)
+    return UOp(Ops.WHERE, a.dtype, (cast(cond, torch.bool), a, b))
+
+
+def masked(mask: UOp, body: UOp, other: Any) -> UOp:
+    other_uop = other if isinstance(other, UOp) else const(other, body.dtype)
+    return UOp(Ops.MASKED, body.dtype, (cast(mask, torch.bool), body, cast(other_uop, body.dtype)))
+
+
+# ---- kernel-level records ------------------------------------------------------------------
+
+@attrs.frozen(cache_hash=True)
+class Store:
+    """Write ``value`` to ``buffer[index]`` (index over the kernel's loop variables)."""
+
+    buffer: str
+    index: sympy.Expr
+    value: UOp
+    dtype: torch.dtype  # storage dtype
+
+
+@attrs.frozen(cache_hash=True)
+class Reduce:
+    """Reduce ``value`` over the kernel's reduction variables into the per-row value ``name``."""
+
+    name: str
+    reduction_type: str
+    value: UOp
+    dtype: torch.dtype  # compute dtype of the result
+
+
+@attrs.frozen(cache_hash=True)
+class Stage:
+    """Statements of one pass over a row: reductions and stores inside the reduction loop
+    (``inner``), then stores that only depend on the row (``outer``)."""
+
+    inner: tuple  # of Reduce | Store
+    outer: tuple  # of Store
+
+
+@attrs.frozen(cache_hash=True)
+class Kernel:
+    """A fused loop nest: ``xranges`` (parallel) by ``rranges`` (reduced), run as ``stages``.
+
+    Loop variables are the sympy symbols ``x0..`` and ``r0..``; buffers are named in
+    ``inputs``/``outputs`` with their storage dtypes; ``sizes`` are scalar arguments.
+    """
+
+    xranges: tuple
+    rranges: tuple
+    stages: tuple  # of Stage
+    inputs: tuple  # of (name, dtype)
+    outputs: tuple  # of (name, dtype)
+    sizes: tuple = ()  # names of symbolic sizes passed as arguments
+
+    @property
+    def is_reduction(self) -> bool:
+        return bool(self.rranges)
+
+
+def xvars(n: int) -> tuple[sympy.Symbol, ...]:
+    return tuple(sympy.Symbol(f"x{i}", integer=True, nonnegative=True) for i in range(n))
+
+
+def rvars(n: int) -> tuple[sympy.Symbol, ...]:
+    return tuple(sympy.Symbol(f"r{i}", integer=True, nonnegative=True) for i in range(n))
+
+
+def format_kernel(kernel: Kernel, name: str = "kernel") -> str:
+    """A readable text form of a kernel (for logs and the debug directory)."""
+    lines = [f"kernel {name} x={list(kernel.xranges)} r={list(kernel.rranges)}"]
+    for i, stage in enumerate(kernel.stages):
+        lines.append(f"  stage {i}:")
+        lines += [f"    inner {s}" for s in stage.inner]
+        lines += [f"    outer {s}" for s in stage.outer]
+    return "\n".join(lines)
+
+
+# ---- index vocabulary ------------------------------------------------------------------------
+
+class FloorDiv(sympy.Function):
+    """``a // b`` for a non-negative index ``a`` and positive size ``b``."""
+
+    is_integer = True
+
+    @classmethod
+    def eval(cls, a, b):
+        if b == 1:
+            return a
+        if a == 0:
+            return sympy.Integer(0)
+        if a.is_Integer and b.is_Integer:
+            return sympy.Integer(int(a) // int(b))
+        return None
+
+
+class ModIndex(sympy.Function):
+    """``a % b`` for a non-negative index ``a`` and positive size ``b``."""
+
+    is_integer = True
+
+    @classmethod
+    def eval(cls, a, b):
+        if b == 1 or a == 0:
+            return sympy.Integer(0)
+        if a.is_Integer and b.is_Integer:
+            return sympy.Integer(int(a) % int(b))
+        return None
+
+
+# Indirect indices (gather, embedding, index): a symbol stands for the int64 value of a UOp.
+_INDIRECT: dict[str, UOp] = {}
+
+
+def indirect_symbol(value: UOp) -> sympy.Symbol:
+    """A symbol for a data-dependent index ``value``; loads through it list ``value`` in src."""
+    name = f"ind_{abs(hash(value)):x}"
+    _INDIRECT[name] = value
+    return sympy.Symbol(name, integer=True)
+
+
+def indirect_sources(expr: sympy.Expr) -> tuple[UOp, ...]:
+    names = sorted(s.name for s in expr.free_symbols if s.name.startswith("ind_"))
+    return tuple(_INDIRECT[n] for n in names)
+
+
+def indirect_names(expr: sympy.Expr) -> list[str]:
+    return sorted(s.name for s in expr.free_symbols if s.name.startswith("ind_"))

@@ -1,0 +1,404 @@
+"""View and movement lowerings: index math over the source, never a copy.
+
+A view of a buffer stays a strided window when it can (so extern calls get it without a copy);
+anything else is a :class:`Pointwise` whose index function maps into the source.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import sympy
+import torch
+
+from .. import kir
+from ..ir import BufferValue, Pointwise, TensorValue, Unsupported
+from ..kir import FloorDiv, ModIndex, Ops
+from .pointwise import out_spec
+from .registry import register
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+
+def remap(x: TensorValue, shape: tuple, fn: Callable[[tuple], tuple]) -> Pointwise:
+    return Pointwise(shape, x.dtype, x.device, lambda index: x.load(fn(index)))
+
+
+def _norm_dim(dim: int, ndim: int) -> int:
+    return dim % ndim if ndim else 0
+
+
+def _static(values) -> bool:
+    return all(isinstance(v, int) for v in values)
+
+
+# ---- reshape ----------------------------------------------------------------------------------
+
+def _view_strides(old_shape, old_stride, new_shape) -> tuple | None:
+    """Strides viewing (old_shape, old_stride) as new_shape without a copy (torch's rule), or None."""
+    if not (_static(old_shape) and _static(old_stride) and _static(new_shape)):
+        return None
+    if math.prod(old_shape) == 0:
+        return tuple(kir_contiguous(new_shape))
+    new_stride = [0] * len(new_shape)
+    view_d = len(new_shape) - 1
+    chunk_base_stride = old_stride[-1] if old_stride else 1
+    tensor_numel, view_numel = 1, 1
+    for tensor_d in range(len(old_shape) - 1, -1, -1):
+        tensor_numel *= old_shape[tensor_d]
+        if tensor_d == 0 or (old_shape[tensor_d - 1] != 1 and old_stride[tensor_d - 1] != tensor_numel * chunk_base_stride):
+            while view_d >= 0 and (view_numel < tensor_numel or new_shape[view_d] == 1):
+                new_stride[view_d] = view_numel * chunk_base_stride
+                view_numel *= new_shape[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return None
+            if tensor_d > 0:
+                chunk_base_stride = old_stride[tensor_d - 1]
+                tensor_numel, view_numel = 1, 1
+    if view_d != -1:
+        return None
+    return tuple(new_stride)
+
+
+def kir_contiguous(shape) -> list:
+    out, running = [], 1
+    for s in reversed(shape):
+        out.append(running)
+        running *= max(s, 1)
+    return list(reversed(out))
+
+
+def reshape_index(old: tuple, new: tuple) -> Callable[[tuple], tuple]:
+    """Map an index of ``new`` to the index of ``old`` holding the same element (row-major)."""
+
+    def fn(index: tuple) -> tuple:
+        linear = sum((i * math.prod(new[k + 1:]) for k, i in enumerate(index)), sympy.Integer(0))
+        out = []
+        for k, size in enumerate(old):
+            inner = math.prod(old[k + 1:])
+            out.append(sympy.Integer(0) if size == 1 else ModIndex(FloorDiv(linear, inner), size))
+        return tuple(out)
+
+    groups = _match_groups(old, new)
+    if groups is None:
+        return fn
+
+    def grouped(index: tuple) -> tuple:
+        out = []
+        for old_dims, new_dims in groups:
+            sub_new = tuple(new[d] for d in new_dims)
+            sub_old = tuple(old[d] for d in old_dims)
+            sub_index = tuple(index[d] for d in new_dims)
+            if sub_new == sub_old:
+                out.extend(sub_index)
+            else:
+                out.extend(_group_map(sub_old, sub_new, sub_index))
+        return tuple(out)
+
+    return grouped
+
+
+def _group_map(old: tuple, new: tuple, index: tuple) -> list:
+    linear = sum((i * math.prod(new[k + 1:]) for k, i in enumerate(index)), sympy.Integer(0))
+    out = []
+    for k, size in enumerate(old):
+        inner = math.prod(old[k + 1:])
+        value = FloorDiv(linear, inner)
+        out.append(sympy.Integer(0) if size == 1 else (value if k == 0 else ModIndex(value, size)))
+    return out
+
+
+def _match_groups(old: tuple, new: tuple):
+    """Split both shapes into consecutive groups of equal size products (static sizes only)."""
+    if not (_static(old) and _static(new)) or 0 in old:
+        return None
+    groups, i, j = [], 0, 0
+    while i < len(old) or j < len(new):
+        gi, gj = [i] if i < len(old) else [], [j] if j < len(new) else []
+        po = old[i] if i < len(old) else 1
+        pn = new[j] if j < len(new) else 1
+        i, j = i + bool(gi), j + bool(gj)
+        while po != pn:
+            if po < pn:
+                if i >= len(old):
+                    return None
+                po *= old[i]
+                gi.append(i)
+                i += 1
+            else:
+                if j >= len(new):
+                    return None
+                pn *= new[j]
+                gj.append(j)
+                j += 1
+        groups.append((gi, gj))
+    return groups
+
+
+def view(x: TensorValue, shape: tuple) -> TensorValue:
+    shape = tuple(shape)
+    if isinstance(x, BufferValue):
+        stride = _view_strides(x.shape, x.stride, shape)
+        if stride is not None:
+            return x.restrided(shape, stride, x.offset)
+    return remap(x, shape, reshape_index(x.shape, shape))
+
+
+@register(aten.view.default, aten.reshape.default, aten._unsafe_view.default, aten.view_copy.default,
+          prims.reshape.default)
+def _view(ctx, x, size):
+    shape, _, _ = out_spec(ctx)
+    return view(x, shape)
+
+
+@register(aten.flatten.using_ints, aten.unflatten.int)
+def _flatten(ctx, x, *args):
+    shape, _, _ = out_spec(ctx)
+    return view(x, shape)
+
+
+# ---- strided views ------------------------------------------------------------------------------
+
+def permute(x: TensorValue, dims: list) -> TensorValue:
+    dims = [_norm_dim(d, x.ndim) for d in dims]
+    shape = tuple(x.shape[d] for d in dims)
+    if isinstance(x, BufferValue):
+        return x.restrided(shape, tuple(x.stride[d] for d in dims), x.offset)
+    inverse = [dims.index(k) for k in range(len(dims))]
+    return remap(x, shape, lambda index: tuple(index[inverse[k]] for k in range(len(dims))))
+
+
+register(aten.permute.default, aten.permute_copy.default)(lambda ctx, x, dims: permute(x, dims))
+
+
+@register(aten.transpose.int, aten.transpose_copy.int)
+def _transpose(ctx, x, d0, d1):
+    dims = list(range(x.ndim))
+    if x.ndim:
+        d0, d1 = _norm_dim(d0, x.ndim), _norm_dim(d1, x.ndim)
+        dims[d0], dims[d1] = dims[d1], dims[d0]
+    return permute(x, dims)
+
+
+register(aten.t.default)(lambda ctx, x: permute(x, list(range(x.ndim))[::-1]))
+register(aten.numpy_T.default)(lambda ctx, x: permute(x, list(range(x.ndim))[::-1]))
+
+
+@register(aten.expand.default, aten.expand_copy.default, prims.broadcast_in_dim.default, aten.expand_as.default)
+def _expand(ctx, x, *args, **kwargs):
+    shape, _, _ = out_spec(ctx)
+    lead = len(shape) - x.ndim
+    if ctx.target is prims.broadcast_in_dim.default:
+        keep = list(args[1])
+        inner = tuple(x.shape[keep.index(d)] if d in keep else 1 for d in range(len(shape)))
+        x, lead = view(x, inner), 0
+    if isinstance(x, BufferValue):
+        stride = (0,) * lead + tuple(0 if (s == 1 and n != 1) else st for s, n, st in zip(x.shape, shape[lead:], x.stride))
+        return x.restrided(shape, stride, x.offset)
+    return remap(x, shape, lambda index: tuple(
+        sympy.Integer(0) if s == 1 else i for i, s in zip(index[lead:], x.shape)))
+
+
+def _slice_bounds(size, start, end, step):
+    start = 0 if start is None else start
+    end = size if end is None else end
+    if not (_static([size, start, end])):
+        raise Unsupported("symbolic slice bounds")
+    start = max(0, min(size, start + size if start < 0 else start))
+    end = max(start, min(size, end + size if end < 0 else end))
+    return start, end, step, (end - start + step - 1) // step
+
+
+@register(aten.slice.Tensor, aten.slice_copy.Tensor)
+def _slice(ctx, x, dim=0, start=None, end=None, step=1):
+    dim = _norm_dim(dim, x.ndim)
+    start, end, step, length = _slice_bounds(x.shape[dim], start, end, step)
+    shape = x.shape[:dim] + (length,) + x.shape[dim + 1:]
+    if isinstance(x, BufferValue):
+        stride = x.stride[:dim] + (x.stride[dim] * step,) + x.stride[dim + 1:]
+        return x.restrided(shape, stride, x.offset + start * x.stride[dim])
+    return remap(x, shape, lambda index: index[:dim] + (index[dim] * step + start,) + index[dim + 1:])
+
+
+@register(aten.select.int, aten.select_copy.int)
+def _select(ctx, x, dim, i):
+    dim = _norm_dim(dim, x.ndim)
+    i = i + x.shape[dim] if i < 0 else i
+    shape = x.shape[:dim] + x.shape[dim + 1:]
+    if isinstance(x, BufferValue):
+        return x.restrided(shape, x.stride[:dim] + x.stride[dim + 1:], x.offset + i * x.stride[dim])
+    return remap(x, shape, lambda index: index[:dim] + (sympy.Integer(i),) + index[dim:])
+
+
+@register(aten.narrow.default)
+def _narrow(ctx, x, dim, start, length):
+    return _slice(ctx, x, dim, start, start + length if start >= 0 else start + x.shape[dim] + length)
+
+
+def _reshape_to_spec(ctx, x, *args, **kwargs):
+    shape, _, _ = out_spec(ctx)
+    return view(x, shape)
+
+
+for _target in (aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.unsqueeze.default,
+                aten.squeeze_copy.dim, aten.squeeze_copy.dims, aten.unsqueeze_copy.default,
+                prims.squeeze.default, aten.view_as.default):
+    register(_target)(_reshape_to_spec)
+
+
+@register(aten.alias.default)
+def _alias(ctx, x):
+    return x
+
+
+@register(aten.as_strided.default, aten.as_strided_copy.default)
+def _as_strided(ctx, x, size, stride, storage_offset=None):
+    base = ctx.realize(x)
+    if not ctx.owns_storage(base):
+        raise Unsupported("as_strided on storage tc does not own")
+    offset = base.offset if storage_offset is None else storage_offset
+    return base.restrided(tuple(size), tuple(stride), offset)
+
+
+@register(aten.diagonal.default, aten.diagonal_copy.default)
+def _diagonal(ctx, x, offset=0, dim1=0, dim2=1):
+    dim1, dim2 = _norm_dim(dim1, x.ndim), _norm_dim(dim2, x.ndim)
+    shape, _, _ = out_spec(ctx)
+    rest = [d for d in range(x.ndim) if d not in (dim1, dim2)]
+
+    def fn(index):
+        full = [None] * x.ndim
+        for d, i in zip(rest, index[:-1]):
+            full[d] = i
+        full[dim1] = index[-1] + max(-offset, 0)
+        full[dim2] = index[-1] + max(offset, 0)
+        return tuple(full)
+
+    return remap(x, shape, fn)
+
+
+@register(aten.unfold.default)
+def _unfold(ctx, x, dim, size, step):
+    dim = _norm_dim(dim, x.ndim)
+    shape, _, _ = out_spec(ctx)
+    if x.ndim == 0:
+        return remap(x, shape, lambda index: ())
+    return remap(x, shape, lambda index: index[:dim] + (index[dim] * step + index[-1],) + index[dim + 1:-1])
+
+
+# ---- data movement ----------------------------------------------------------------------------
+
+@register(aten.flip.default, prims.rev.default)
+def _flip(ctx, x, dims):
+    dims = {_norm_dim(d, x.ndim) for d in dims}
+    return remap(x, x.shape, lambda index: tuple(
+        (x.shape[d] - 1 - i) if d in dims else i for d, i in enumerate(index)))
+
+
+@register(aten.roll.default)
+def _roll(ctx, x, shifts, dims=()):
+    if not dims:
+        flat = view(x, (math.prod(x.shape),))
+        return view(_roll(ctx, flat, shifts, [0]), x.shape)
+    shifts = dict(zip([_norm_dim(d, x.ndim) for d in dims], shifts))
+    return remap(x, x.shape, lambda index: tuple(
+        ModIndex(i + (x.shape[d] - shifts[d] % x.shape[d]), x.shape[d]) if d in shifts and x.shape[d] else i
+        for d, i in enumerate(index)))
+
+
+@register(aten.repeat.default)
+def _repeat(ctx, x, repeats):
+    shape, _, _ = out_spec(ctx)
+    lead = len(repeats) - x.ndim
+    return remap(x, shape, lambda index: tuple(
+        ModIndex(i, s) for i, s in zip(index[lead:], x.shape)))
+
+
+def _concat(ctx, pieces: list, dim: int, shape: tuple, dtype: torch.dtype, device) -> Pointwise:
+    bounds, start = [], 0
+    for p in pieces:
+        bounds.append((start, start + p.shape[dim]))
+        start += p.shape[dim]
+    compute = kir.compute_dtype(dtype)
+
+    def body(index):
+        i = index[dim]
+        result = None
+        for p, (lo, hi) in reversed(list(zip(pieces, bounds))):
+            inside = kir.binary(Ops.AND, kir.binary(Ops.GE, kir.index_value(i), kir.const(lo, torch.int64)),
+                                kir.binary(Ops.LT, kir.index_value(i), kir.const(hi, torch.int64)))
+            value = kir.masked(inside, kir.cast(p.load(index[:dim] + (i - lo,) + index[dim + 1:]), compute), 0)
+            result = value if result is None else kir.where(inside, value, result)
+        return result
+
+    return Pointwise(shape, dtype, device, body)
+
+
+@register(aten.cat.default)
+def _cat(ctx, tensors, dim=0):
+    shape, dtype, device = out_spec(ctx)
+    pieces = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0 and len(shape) != 1)]
+    dim = _norm_dim(dim, len(shape))
+    pieces = [p for p in pieces if p.shape[dim] != 0] or pieces[:1]
+    return _concat(ctx, pieces, dim, shape, dtype, device)
+
+
+@register(aten.stack.default)
+def _stack(ctx, tensors, dim=0):
+    shape, dtype, device = out_spec(ctx)
+    dim = _norm_dim(dim, len(shape))
+    pieces = [view(t, t.shape[:dim] + (1,) + t.shape[dim:]) for t in tensors]
+    return _concat(ctx, pieces, dim, shape, dtype, device)
+
+
+@register(aten.constant_pad_nd.default)
+def _pad(ctx, x, pad, value=0):
+    shape, dtype, device = out_spec(ctx)
+    compute = kir.compute_dtype(dtype)
+    pads = {x.ndim - 1 - k: (pad[2 * k], pad[2 * k + 1]) for k in range(len(pad) // 2)}
+
+    def body(index):
+        src, conds = list(index), []
+        for d, (left, _) in pads.items():
+            src[d] = index[d] - left
+            if True:
+                iv = kir.index_value(src[d])
+                conds.append(kir.binary(Ops.AND, kir.binary(Ops.GE, iv, kir.const(0, torch.int64)),
+                                        kir.binary(Ops.LT, iv, kir.const(x.shape[d], torch.int64))))
+        if not conds:
+            return kir.cast(x.load(tuple(src)), compute)
+        mask = conds[0]
+        for cnd in conds[1:]:
+            mask = kir.binary(Ops.AND, mask, cnd)
+        return kir.masked(mask, kir.cast(x.load(tuple(src)), compute), value)
+
+    return Pointwise(shape, dtype, device, body)
+
+
+def _split(ctx, x, sizes: list, dim: int) -> tuple:
+    dim = _norm_dim(dim, x.ndim)
+    out, start = [], 0
+    for size in sizes:
+        out.append(_slice(ctx, x, dim, start, start + size, 1))
+        start += size
+    return tuple(out)
+
+
+@register(aten.split.Tensor, aten.split_copy.Tensor)
+def _split_tensor(ctx, x, split_size, dim=0):
+    total = x.shape[_norm_dim(dim, x.ndim)]
+    sizes = [min(split_size, total - s) for s in range(0, total, split_size)] if split_size else [0]
+    return _split(ctx, x, sizes or [0], dim)
+
+
+register(aten.split_with_sizes.default, aten.split_with_sizes_copy.default)(
+    lambda ctx, x, sizes, dim=0: _split(ctx, x, list(sizes), dim))
+
+
+@register(aten.unbind.int, aten.unbind_copy.int)
+def _unbind(ctx, x, dim=0):
+    dim = _norm_dim(dim, x.ndim)
+    return tuple(_select(ctx, x, dim, i) for i in range(x.shape[dim]))

@@ -1,0 +1,290 @@
+"""Scheduling and fusion: computed buffers grouped into kernels over the dependency DAG.
+
+A kernel iterates ``x`` (kept dims) by ``r`` (reduced dims). A buffer joins a kernel when its
+iteration space fits (a pointwise buffer over ``x + r`` runs inside the reduction loop, one over
+``x`` after it), every read of a buffer of that kernel is of the element the same iteration
+wrote (so the value is used directly, never re-read from memory), and the joint DAG stays
+acyclic (networkx). Buffers read only inside their kernel are never stored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import networkx as nx
+import sympy
+import torch
+
+import tc_ir
+
+from . import kir
+from .graph_lowering import LoweredGraph
+from .ir import BufferValue, ComputedBuffer, ExternCall
+from .kir import Ops, UOp
+
+log = tc_ir.logs.get_logger("fusion")
+
+
+def squeeze(sizes) -> tuple:
+    return tuple(s for s in sizes if s != 1)
+
+
+@attrs.define(eq=False)
+class Group:
+    """Buffers that become one kernel."""
+
+    id: int
+    members: list
+    x: tuple
+    r: tuple
+    device: Any
+    closed: bool = False
+
+    def key_of(self, buf: ComputedBuffer) -> tuple | None:
+        """(x, r) of this group with ``buf`` added, or None when it does not fit."""
+        if buf.device != self.device:
+            return None
+        if buf.is_reduction:
+            bx, br = squeeze(buf.shape), squeeze(buf.rranges)
+            if self.r:
+                return (self.x, self.r) if (bx, br) == (self.x, self.r) else None
+            pointwise_only = all(not m.is_reduction for m in self.members)
+            return (bx, br) if pointwise_only and self.x == bx + br and br else None
+        s = squeeze(buf.shape)
+        if self.r:
+            return (self.x, self.r) if s in (self.x + self.r, self.x) else None
+        return (self.x, self.r) if s == self.x else None
+
+
+@attrs.define
+class Schedule:
+    steps: list  # Group | ExternCall in run order
+    stored: set  # buffer names written to memory
+    log: list  # fusion decisions, as text
+
+
+def reads_of(step: Any) -> set[str]:
+    if isinstance(step, ExternCall):
+        return {v.name for v in tc_ir.leaves((step.args, step.kwargs)) if isinstance(v, BufferValue)}
+    index = kir.xvars(len(step.shape))
+    rindex = kir.rvars(len(step.rranges))
+    return {u.arg[0] for u in step.body(index, rindex).toposort() if u.op is Ops.LOAD}
+
+
+def dead_code(lowered: LoweredGraph) -> list:
+    """Drop computed buffers nothing reads (a declined lowering can leave some behind)."""
+    live = set(lowered.output_buffers)
+    kept = []
+    for step in reversed(lowered.steps):
+        if isinstance(step, ComputedBuffer) and step.name not in live:
+            continue
+        live |= reads_of(step)
+        if isinstance(step, ExternCall):
+            live |= _extern_output_names(step)
+        kept.append(step)
+    return kept[::-1]
+
+
+def _extern_output_names(step: ExternCall) -> set[str]:
+    return {v.name for v in tc_ir.leaves(step.outputs) if isinstance(v, BufferValue)}
+
+
+def schedule(lowered: LoweredGraph, options: dict) -> Schedule:
+    steps = dead_code(lowered)
+    dag = nx.DiGraph()
+    writer: dict[str, Any] = {}  # buffer name -> Group | ExternCall
+    reads: dict[str, set[str]] = {}
+    order: list = []
+    decisions: list[str] = []
+    fuse = options.get("fusion", True)
+    for step in steps:
+        step_reads = reads_of(step)
+        producers = {writer[b] for b in step_reads if b in writer}
+        if isinstance(step, ExternCall):
+            _add_extern(dag, step, producers, order, writer)
+            reads[step.name] = step_reads
+            continue
+        reads[step.name] = step_reads
+        group = _choose_group(dag, step, producers, order, decisions) if fuse else None
+        if group is None:
+            group = Group(len(order), [], squeeze(step.shape) if not step.is_reduction else squeeze(step.shape),
+                          squeeze(step.rranges) if step.is_reduction else (), step.device)
+            order.append(group)
+            dag.add_node(group)
+        group.members.append(step)
+        writer[step.name] = group
+        dag.add_edges_from((p, group) for p in producers if p is not group)
+    stored = _stored_buffers(order, reads, lowered.output_buffers)
+    run_order = list(nx.lexicographical_topological_sort(dag, key=lambda s: order.index(s)))
+    for line in decisions:
+        log.debug("%s", line)
+    return Schedule(run_order, stored, decisions)
+
+
+def _add_extern(dag: nx.DiGraph, step: ExternCall, producers: set, order: list, writer: dict) -> None:
+    dag.add_node(step)
+    dag.add_edges_from((p, step) for p in producers)
+    if step.mutates:  # a barrier: everything before runs first, nothing fuses across it
+        dag.add_edges_from((p, step) for p in order)
+        for p in order:
+            if isinstance(p, Group):
+                p.closed = True
+        step.barrier_after = True
+    if any(getattr(p, "barrier_after", False) for p in order):
+        last = [p for p in order if getattr(p, "barrier_after", False)][-1]
+        if last is not step:
+            dag.add_edge(last, step)
+    order.append(step)
+    for name in _extern_output_names(step):
+        writer[name] = step
+
+
+def _choose_group(dag: nx.DiGraph, buf: ComputedBuffer, producers: set, order: list, decisions: list) -> Group | None:
+    barrier = [p for p in order if getattr(p, "barrier_after", False)]
+    if barrier:
+        producers = producers | {barrier[-1]}
+    candidates = [g for g in reversed(order) if isinstance(g, Group) and not g.closed]
+    candidates.sort(key=lambda g: g not in producers)  # consumers of a kernel first, then horizontal
+    for group in candidates:
+        key = group.key_of(buf)
+        if key is None:
+            continue
+        why = _illegal(dag, group, buf, producers, key)
+        if why:
+            decisions.append(f"not fusing {buf.name} into kernel {group.id}: {why}")
+            continue
+        kind = "consumer" if group in producers else "horizontal"
+        decisions.append(f"fusing {buf.name} into kernel {group.id} ({kind}, x={list(key[0])} r={list(key[1])})")
+        if not group.r and key[1]:
+            group.x, group.r = key
+        return group
+    if barrier:
+        dag.add_node(barrier[-1])
+    return None
+
+
+def _illegal(dag: nx.DiGraph, group: Group, buf: ComputedBuffer, producers: set, key: tuple) -> str | None:
+    for p in producers:
+        if p is not group and nx.has_path(dag, group, p):
+            return f"would create a cycle through {getattr(p, 'name', None) or f'kernel {p.id}'}"
+    members = {m.name: m for m in group.members}
+    x, r = key
+    value = node_value(buf, x, r)
+    for u in value.toposort():
+        if u.op is Ops.LOAD and u.arg[0] in members:
+            m = members[u.arg[0]]
+            if m.store_index(member_index(m, x, r)[0]) != u.arg[1] or u.src:
+                return f"reads {m.name} at another element than the one this iteration computes"
+    return None
+
+
+def _is_outer(m: ComputedBuffer, x: tuple, r: tuple) -> bool:
+    return bool(r) and not m.is_reduction and squeeze(m.shape) == x
+
+
+def member_index(m: ComputedBuffer, x: tuple, r: tuple) -> tuple[tuple, tuple]:
+    """The (index, rindex) of member ``m`` in terms of the kernel's x0.. and r0.. variables."""
+    xv, rv = list(kir.xvars(len(x))), list(kir.rvars(len(r)))
+    if m.is_reduction:
+        lanes, rlanes = iter(xv), iter(rv)
+        index = tuple(sympy.Integer(0) if s == 1 else next(lanes) for s in m.shape)
+        rindex = tuple(sympy.Integer(0) if s == 1 else next(rlanes) for s in m.rranges)
+        return index, rindex
+    lanes = iter(xv + rv if squeeze(m.shape) == x + r else xv)
+    return tuple(sympy.Integer(0) if s == 1 else next(lanes) for s in m.shape), ()
+
+
+def node_value(m: ComputedBuffer, x: tuple, r: tuple) -> UOp:
+    index, rindex = member_index(m, x, r)
+    return m.body(index, rindex)
+
+
+def _stored_buffers(order: list, reads: dict, outputs: set) -> set[str]:
+    stored = set(outputs)
+    group_of = {m.name: g for g in order if isinstance(g, Group) for m in g.members}
+    for step in order:
+        members = step.members if isinstance(step, Group) else [step]
+        for m in members:
+            for name in reads[m.name]:
+                if name in group_of and group_of[name] is not step:
+                    stored.add(name)
+    return stored
+
+
+# ---- a group as a kernel ------------------------------------------------------------------------
+
+def build_kernel(group: Group, stored: set, dtypes: dict, options: dict) -> kir.Kernel:
+    """The kir.Kernel of a group: member values in kernel variables, in-kernel reads replaced by
+    the values themselves, statements placed in stages by what they wait for."""
+    x, r = group.x, group.r
+    values: dict[str, UOp] = {}
+    levels: dict[str, int] = {}
+    emulate = options.get("emulate_precision_casts", False)
+    stmts: list[tuple[int, Any]] = []
+    for m in group.members:
+        raw = node_value(m, x, r)
+        value, need = _substitute(raw, values, levels)
+        if m.is_reduction or not r or not _is_outer(m, x, r):
+            level = need + (need % 2)  # inside a loop: the next even level
+        else:
+            level = max(need, 1) + (1 - max(need, 1) % 2)  # after a loop: an odd level
+        index = m.store_index(member_index(m, x, r)[0])
+        if m.is_reduction:
+            name = f"red_{m.name}"
+            acc_dtype = kir.compute_dtype(m.dtype)
+            stmts.append((level, kir.Reduce(name, m.reduction_type, value, acc_dtype)))
+            result = UOp(Ops.REDUCED, acc_dtype, (), name)
+            levels[m.name] = level + 1
+            if m.name in stored:
+                stmts.append((level + 1, kir.Store(m.name, index, result, m.dtype)))
+        else:
+            result = kir.round_to(value, m.dtype) if emulate else value
+            levels[m.name] = level
+            if m.name in stored:
+                stmts.append((level, kir.Store(m.name, index, value, m.dtype)))
+        values[m.name] = (index, result)
+    return _assemble(x, r, stmts, dtypes)
+
+
+def _substitute(value: UOp, values: dict, levels: dict) -> tuple[UOp, int]:
+    """Replace loads of in-kernel buffers by their values; also the level the value waits for."""
+    need = 0
+    memo: dict[UOp, UOp] = {}
+
+    def visit(u: UOp) -> UOp:
+        nonlocal need
+        if u in memo:
+            return memo[u]
+        if u.op is Ops.LOAD and u.arg[0] in values:
+            need = max(need, levels[u.arg[0]])
+            out = kir.cast(values[u.arg[0]][1], u.dtype)
+        else:
+            src = tuple(visit(s) for s in u.src)
+            out = u if src == u.src else UOp(u.op, u.dtype, src, u.arg)
+        memo[u] = out
+        return out
+
+    return visit(value), need
+
+
+def _assemble(x: tuple, r: tuple, stmts: list, dtypes: dict) -> kir.Kernel:
+    top = max((lvl for lvl, _ in stmts), default=0)
+    stages = []
+    for k in range(top // 2 + 1):
+        inner = tuple(s for lvl, s in stmts if lvl == 2 * k)
+        outer = tuple(s for lvl, s in stmts if lvl == 2 * k + 1)
+        if inner or outer:
+            stages.append(kir.Stage(inner, outer))
+    loads: dict[str, None] = {}
+    outs: dict[str, torch.dtype] = {}
+    for stage in stages:
+        for s in stage.inner + stage.outer:
+            for u in s.value.toposort():
+                if u.op is Ops.LOAD:
+                    loads.setdefault(u.arg[0], None)
+            if isinstance(s, kir.Store):
+                outs[s.buffer] = s.dtype
+    inputs = tuple((name, dtypes[name]) for name in loads)
+    sizes = sorted({s.name for e in x + r if isinstance(e, sympy.Expr) for s in e.free_symbols})
+    return kir.Kernel(tuple(x), tuple(r), tuple(stages), inputs, tuple(outs.items()), tuple(sizes))

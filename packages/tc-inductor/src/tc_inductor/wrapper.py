@@ -1,0 +1,154 @@
+"""The generated Python wrapper: allocate, launch kernels and extern calls, free, return.
+
+Buffers freed after their last use are reused by later allocations of the same layout
+(memory planning); the source is plain Python a user can read in ``compiled.source``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import attrs
+import torch
+
+import tc_ir
+
+from .graph_lowering import LoweredGraph, RuntimeValue
+from .ir import BufferValue, ComputedBuffer, ExternCall
+from .scheduler import Group, Schedule, reads_of
+
+
+@attrs.define
+class KernelCall:
+    """One launch of a generated kernel, as the wrapper sees it."""
+
+    name: str  # the wrapper's name for the loaded kernel
+    args: list  # buffer names: inputs then outputs
+    sizes: list  # names of symbolic sizes
+    launch: str  # a line of Python launching it
+
+
+def render_value(value: Any, layouts: dict) -> str:
+    if isinstance(value, BufferValue):
+        base = layouts.get(value.name)
+        if base is not None and tuple(base[0]) == tuple(value.shape) and tuple(base[1]) == tuple(value.stride) \
+                and value.offset == 0:
+            return value.name
+        return (f"{value.name}.as_strided({_tup(value.shape)}, {_tup(value.stride)}, "
+                f"{value.name}.storage_offset() + {value.offset})")
+    if isinstance(value, RuntimeValue):
+        return value.name
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(render_value(v, layouts) for v in value)
+        return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: {render_value(v, layouts)}" for k, v in value.items()) + "}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"float('{value}')"
+    if isinstance(value, torch.device):
+        return f"torch.device({str(value)!r})"
+    if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
+        return str(value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return repr(value)
+    raise TypeError(f"cannot write {type(value).__name__} into the wrapper")
+
+
+def _tup(values) -> str:
+    values = [int(v) for v in values]
+    return "(" + ", ".join(map(str, values)) + ("," if len(values) == 1 else "") + ")"
+
+
+def generate(lowered: LoweredGraph, sched: Schedule, calls: dict, extern_names: dict) -> str:
+    """The wrapper source. ``calls`` maps each Group to its KernelCall; ``extern_names`` maps
+    extern targets to the global names the wrapper calls them by."""
+    layouts = _layouts(lowered)
+    lines = ["def call(args):"]
+    body: list[str] = []
+    names = [i.name for i in lowered.inputs]
+    if names:
+        body.append(f"{', '.join(names)}{',' if len(names) == 1 else ''} = args")
+    for inp in lowered.inputs:
+        if inp.name in layouts:
+            shape, stride, _, _ = layouts[inp.name]
+            body.append(f"{inp.name} = _layout({inp.name}, {_tup(shape)}, {_tup(stride)})")
+    for name in lowered.constants:
+        body.append(f"{name} = constants[{name!r}]")
+    last_use = _last_uses(sched)
+    keep = set(lowered.output_buffers) | _passed_to_externs(sched)
+    free: dict[tuple, list[str]] = {}
+    for position, step in enumerate(sched.steps):
+        if isinstance(step, Group):
+            for m in step.members:
+                if m.name in sched.stored:
+                    body.append(_allocate(m, free))
+            body.append(calls[step].launch)
+        else:
+            body += _extern(step, layouts, extern_names)
+        for name in sorted(n for n, p in last_use.items() if p == position):
+            if name in keep or name not in layouts or name not in lowered.own:
+                continue
+            shape, stride, dtype, device = layouts[name]
+            free.setdefault((tuple(shape), tuple(stride), dtype, str(device)), []).append(name)
+    outputs = tc_ir.map_structure(lowered.outputs, lambda v: v)
+    body.append(f"return {render_value(outputs, layouts)}")
+    return "\n".join(lines + ["    " + line for line in body]) + "\n"
+
+
+def _allocate(buf: ComputedBuffer, free: dict) -> str:
+    key = (tuple(buf.shape), tuple(buf.stride), buf.dtype, str(buf.device))
+    if free.get(key):
+        return f"{buf.name} = {free[key].pop()}  # reuse"
+    return (f"{buf.name} = torch.empty_strided({_tup(buf.shape)}, {_tup(buf.stride)}, dtype={buf.dtype}, "
+            f"device={str(buf.device)!r})")
+
+
+def _extern(step: ExternCall, layouts: dict, extern_names: dict) -> list[str]:
+    args = ", ".join(render_value(a, layouts) for a in step.args)
+    kwargs = ", ".join(f"{k}={render_value(v, layouts)}" for k, v in step.kwargs.items())
+    call = f"{extern_names[step.name]}({', '.join(p for p in (args, kwargs) if p)})"
+    lines = [f"{step.name} = {call}  # {step.reason}"]
+    if isinstance(step.outputs, BufferValue):
+        lines.append(f"{step.name} = _layout({step.name}, {_tup(step.outputs.shape)}, {_tup(step.outputs.stride)})")
+    elif isinstance(step.outputs, tuple):
+        for i, out in enumerate(step.outputs):
+            if isinstance(out, BufferValue):
+                lines.append(f"{out.name} = _layout({step.name}[{i}], {_tup(out.shape)}, {_tup(out.stride)})")
+            else:
+                lines.append(f"{out.name} = {step.name}[{i}]")
+    return lines
+
+
+def _layouts(lowered: LoweredGraph) -> dict:
+    layouts = {}
+    for inp in lowered.inputs:
+        spec = inp.spec
+        if isinstance(spec, tc_ir.TensorSpec) and spec.is_static:
+            layouts[inp.name] = (spec.shape, spec.stride, spec.dtype, spec.device)
+    for step in lowered.steps:
+        if isinstance(step, ComputedBuffer):
+            layouts[step.name] = (step.shape, step.stride, step.dtype, step.device)
+        elif isinstance(step, ExternCall):
+            for out in tc_ir.leaves(step.outputs):
+                if isinstance(out, BufferValue):
+                    layouts[out.name] = (out.shape, out.stride, out.dtype, out.device)
+    for name, value in lowered.constants.items():
+        layouts[name] = (tuple(value.shape), tuple(value.stride()), value.dtype, value.device)
+    return layouts
+
+
+def _last_uses(sched: Schedule) -> dict[str, int]:
+    last: dict[str, int] = {}
+    for position, step in enumerate(sched.steps):
+        members = step.members if isinstance(step, Group) else [step]
+        for m in members:
+            for name in reads_of(m):
+                last[name] = position
+            if isinstance(m, ComputedBuffer):
+                last.setdefault(m.name, position)
+    return last
+
+
+def _passed_to_externs(sched: Schedule) -> set[str]:
+    return {name for step in sched.steps if isinstance(step, ExternCall) for name in reads_of(step)}
