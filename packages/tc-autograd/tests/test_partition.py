@@ -50,3 +50,10 @@ def test_aot_logging_shows_graphs_and_saved_summary(caplog):
     text = caplog.text
     assert "made by: tc_autograd joint" in text and "made by: tc_autograd backward" in text
     assert "saved for backward:" in text
+
+
+@pytest.mark.parametrize("name", ["inplace_acts", "small_cnn", "transformer_block_hand_attn", "batchnorm_train"])
+def test_save_all_is_correct_too(name):
+    from test_corpus import CORPUS
+
+    check(*CORPUS[name], partition="save_all")

@@ -196,3 +196,32 @@ def test_double_backward_message_is_clear():
     compiled = compile_fn(lambda x: x.exp().sum(), x)
     with pytest.raises(RuntimeError, match="tc_autograd: double backward"):
         compiled(x).backward(create_graph=True)
+
+
+def test_unsupported_in_place_metadata_op_is_named():
+    def f(x):
+        y = x * 2
+        y.t_()
+        return y
+
+    x = torch.randn(2, 3)
+    with pytest.raises((NotImplementedError, RuntimeError), match="in-place metadata op aten.t_"):
+        compile_fn(f, x)
+
+
+def test_normal_and_uniform_in_place_become_functional():
+    def f(x):
+        noise = torch.empty_like(x).normal_()
+        return x + noise.uniform_(0.0, 1.0) * 0.0 + noise
+
+    x = torch.randn(500)
+    compiled = compile_fn(f, x)
+    text = compiled.inference_graph.format(data=False)
+    assert "normal_functional" in text and "aten.uniform.default" in text and "normal_(" not in text
+    # uniform_ overwrote the normal noise in place, as in eager: what is added is U(0, 1)
+    assert abs((compiled(x) - x).std().item() - 12 ** -0.5) < 0.05
+
+
+def test_bad_partition_name():
+    with pytest.raises(ValueError, match="min_cut"):
+        compile_fn(lambda x: x + 1, torch.randn(2), partition="fastest")

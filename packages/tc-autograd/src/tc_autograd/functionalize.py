@@ -66,6 +66,7 @@ def mutated_args(op: Any) -> list[int]:
 # In-place ops whose out-of-place twin cannot be found by name and argument types.
 FUNCTIONAL_OVERRIDES = {
     aten.copy_.default: aten.copy.default,
+    aten.normal_.default: aten.normal_functional.default,
 }
 # In-place ops that change metadata (not values); functionalizing them needs a view-chain rewrite.
 METADATA_MUTATIONS = {"resize_", "resize_as_", "set_", "as_strided_", "t_", "transpose_",
