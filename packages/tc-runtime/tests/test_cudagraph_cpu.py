@@ -138,6 +138,23 @@ def test_capture_error_falls_back_with_reason(logs):
     assert sum("capture failed" in m for m in logs.messages) == 1
 
 
+def test_failed_warm_up_is_retried_before_recording():
+    calls = []
+
+    def flaky(x):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("first call fails")
+        x.add_(1)
+        return x
+
+    g = graphed(flaky)
+    with pytest.raises(RuntimeError):
+        g(torch.zeros(2))
+    g(torch.zeros(2))  # checked again: the mutation is found, no graph
+    assert not g.recorder.graphs and g.planner.fallbacks()
+
+
 def test_outputs_requiring_grad_fall_back():
     w = torch.randn(3, requires_grad=True)
     g = graphed(lambda x: x * w)
@@ -225,6 +242,8 @@ def test_dropped_graph_poisons_its_aliases():
 def test_planner_decisions():
     p = Planner(max_graphs=1, max_rerecords=0)
     assert p.decide(("a",), (1,)) == Warmup()
+    assert p.decide(("a",), (1,)) == Warmup()  # the first warm-up did not finish
+    p.warmed(("a",))
     assert isinstance(p.decide(("a",), (1,)), Record)
     p.recorded(("a",), "graph-a", (1,))
     assert p.decide(("a",), (1,)) == Replay("graph-a")

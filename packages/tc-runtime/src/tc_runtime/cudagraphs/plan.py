@@ -100,6 +100,7 @@ class ShapeState:
     """What the runtime knows about one signature."""
 
     graph: Any = None
+    warmed: bool = False  # a checked plain call succeeded: the function may be recorded
     pointers: tuple[int, ...] = ()
     fallback: str | None = None
     records: int = 0
@@ -129,6 +130,8 @@ class Planner:
         if state.fallback is not None:
             state.eager_calls += 1
             return Eager(state.fallback, first=False)
+        if state.graph is None and not state.warmed:
+            return Warmup()  # the last warm-up raised: check again
         if state.graph is None:
             if self.graph_count >= self.max_graphs:
                 return self._limit(sig)
@@ -137,6 +140,9 @@ class Planner:
             return self._moved(sig, state, pointers)
         state.replays += 1
         return Replay(state.graph)
+
+    def warmed(self, sig: Signature) -> None:
+        self.states[sig].warmed = True
 
     def recorded(self, sig: Signature, graph: Any, pointers: tuple[int, ...]) -> Any:
         """Note a new graph for ``sig``; returns the graph it replaces (None if none)."""

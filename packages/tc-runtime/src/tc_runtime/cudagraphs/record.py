@@ -62,16 +62,18 @@ class CudaRecorder:
     def warm_call(self, call: Callable[[], Any], args: Sequence[Any]) -> Any:
         """Run a plain call on the capture stream, so that per-stream lazy state (cuBLAS
         workspaces) exists before capture, where creating it could fail."""
-        stream = self._stream(_device_of(args))
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            result = call()
-        torch.cuda.current_stream().wait_stream(stream)
-        for t in tensors_in(result):
-            if t.is_cuda:
-                # Allocated on the side stream, used on the caller's: keep the allocator from
-                # handing the memory to the side stream again while the caller may still use it.
-                t.record_stream(torch.cuda.current_stream())
+        device = _device_of(args)
+        with torch.cuda.device(device):
+            stream, caller = self._stream(device), torch.cuda.current_stream()
+            stream.wait_stream(caller)
+            with torch.cuda.stream(stream):
+                result = call()
+            caller.wait_stream(stream)
+            for t in tensors_in(result):
+                if t.is_cuda:
+                    # Allocated on the side stream, used on the caller's: keep the allocator from
+                    # handing the memory to the side stream again while the caller may use it.
+                    t.record_stream(caller)
         return result
 
     def record(self, fn: Callable[..., Any], args: Sequence[Any], static: frozenset[int],
@@ -83,10 +85,17 @@ class CudaRecorder:
             inputs = [_static_copy(a) if i in copied else a for i, a in enumerate(args)]
             graph = torch.cuda.CUDAGraph()
             pool = self.pool if self.pool is not None else shared_pool()
-            # thread_local: a CPU sync in *this* thread invalidates the capture (and we fall back);
-            # other threads (data loaders) may keep using CUDA meanwhile.
-            with torch.cuda.graph(graph, pool=pool, stream=self._stream(device), capture_error_mode="thread_local"):
-                outputs = fn(*inputs)
+            caller_stream = torch.cuda.current_stream()
+            try:
+                # thread_local: a CPU sync in *this* thread invalidates the capture (and we fall
+                # back); other threads (data loaders) may keep using CUDA meanwhile.
+                with torch.cuda.graph(graph, pool=pool, stream=self._stream(device),
+                                      capture_error_mode="thread_local"):
+                    outputs = fn(*inputs)
+            finally:
+                # torch.cuda.graph skips restoring the stream when capture_end raises.
+                if torch.cuda.current_stream() != caller_stream:
+                    torch.cuda.set_stream(caller_stream)
         return RecordedGraph(graph, inputs, outputs, copied, label)
 
     def _stream(self, device: torch.device) -> torch.cuda.Stream:

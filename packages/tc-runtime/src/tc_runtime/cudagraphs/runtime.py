@@ -58,6 +58,7 @@ class CudaGraphed:
                  check_mutation_by_value: bool = True):
         self.fn = fn
         self.static = frozenset(static_input_indices)
+        self._static_order = sorted(self.static)
         self.recorder = recorder
         self.outputs = outputs
         self.planner = Planner(max_graphs=max_graphs, max_rerecords=max_rerecords)
@@ -69,7 +70,7 @@ class CudaGraphed:
         sig = signature(args)
         if isinstance(sig, str):
             return self._unsupported(sig, args)
-        decision = self.planner.decide(sig, static_pointers(args, sorted(self.static)))
+        decision = self.planner.decide(sig, static_pointers(args, self._static_order))
         if isinstance(decision, Replay):
             return self._replay(decision.graph, args)
         if isinstance(decision, Warmup):
@@ -99,6 +100,7 @@ class CudaGraphed:
         result, problem = self.recorder.warm_call(lambda: self._checked_call(args), args)
         if problem:
             return self._give_up(sig, problem, lambda: result)
+        self.planner.warmed(sig)
         return result
 
     def _record(self, sig: Signature, args: Sequence[Any], why: str) -> Any:
@@ -109,7 +111,7 @@ class CudaGraphed:
             reason = f"capture failed: {type(e).__name__}: {_first_line(e)}"
             return self._give_up(sig, reason, lambda: self.fn(*args))
         self.outputs.on_record(graph)
-        self._release(self.planner.recorded(sig, graph, static_pointers(args, sorted(self.static))))
+        self._release(self.planner.recorded(sig, graph, static_pointers(args, self._static_order)))
         log.info("cudagraphs: recorded %s (%s)", label, why)
         return self._replay(graph, args)
 
