@@ -7,12 +7,14 @@ inputs; outputs, gradients of inputs and parameters, and buffers after the call 
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
-import tc_ir
-import tc_autograd
 from autograd_tracer import module_inputs, trace_module
+
+import tc_autograd
+import tc_ir
 
 TOLERANCE = {"f32": dict(atol=1e-5, rtol=1e-4), "bf16": dict(atol=3e-2, rtol=3e-2)}
 

@@ -9,11 +9,13 @@ changes are noticed between calls and recorded as ``torch._C._set_grad_enabled``
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
-import tc_ir
 from torch.overrides import TorchFunctionMode
+
+import tc_ir
 
 
 def _is_method(func: Any) -> bool:

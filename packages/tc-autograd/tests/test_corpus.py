@@ -8,7 +8,6 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
 from autograd_harness import check
 
 MODES = ["f32", "bf16"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from autograd_harness import check
 from test_corpus import CORPUS
 

@@ -7,10 +7,10 @@ import logging
 import pytest
 import torch
 import torch.nn as nn
-
-import tc_ir
 from autograd_harness import check
 from test_corpus import MLP, TransformerBlock
+
+import tc_ir
 
 CASES = {
     "gelu_mlp": (lambda: MLP(nn.GELU(), dim=64, hidden=256), lambda: [torch.randn(32, 64)]),

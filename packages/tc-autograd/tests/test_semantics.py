@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-
-import tc_autograd
 from autograd_harness import check
 from autograd_tracer import trace
+
+import tc_autograd
 
 aten = torch.ops.aten
 
@@ -225,3 +225,17 @@ def test_normal_and_uniform_in_place_become_functional():
 def test_bad_partition_name():
     with pytest.raises(ValueError, match="min_cut"):
         compile_fn(lambda x: x + 1, torch.randn(2), partition="fastest")
+
+
+def test_output_structure_matches_the_interpreter():
+    import tc_ir
+
+    def f(x, y):
+        return {"sum": x + y, "pair": (x * y, [x.exp(), 3])}
+
+    x, y = torch.randn(3, requires_grad=True), torch.randn(3)
+    graph = trace(f, [x, y])
+    got = tc_autograd.aot(graph, [x, y])(x, y)
+    want = tc_ir.interpret(graph, [x, y])
+    assert tc_ir.map_structure(got, type) == tc_ir.map_structure(want, type)
+    torch.testing.assert_close(got, want)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
+
 import tc_ir
 
 from . import passes
 from .joint import trace
-from .partition import Partition, partition as split
+from .partition import Partition
+from .partition import partition as split
 from .runtime import InferenceRunner, TrainingRunner
 
 Compiler = Callable[[tc_ir.Graph, Sequence[Any]], Callable]

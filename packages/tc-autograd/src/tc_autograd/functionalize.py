@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import functools
 import operator
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import attrs
 import torch
+
 import tc_ir
 
 aten = torch.ops.aten

@@ -10,12 +10,14 @@ grad (``None`` where an input gets no gradient).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import attrs
 import torch
-import tc_ir
 from torch._subclasses.fake_tensor import FakeTensorMode
+
+import tc_ir
 
 from .trace import Recorder, clean_spec
 

@@ -21,6 +21,7 @@ from typing import Any
 import attrs
 import networkx as nx
 import torch
+
 import tc_ir
 
 from .functionalize import is_view_op

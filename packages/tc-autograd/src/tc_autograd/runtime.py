@@ -8,9 +8,11 @@ user's output structure, regenerating outputs that alias an input as views of th
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
+
 import tc_ir
 
 from .joint import OutputLeaf, Traced

@@ -10,12 +10,14 @@ dispatches are.
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
-import tc_ir
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
+
+import tc_ir
 
 from .functionalize import AliasTable, View, functional_variant, is_view_op, mutated_args
 
