@@ -1,3 +1,17 @@
-"""tc_capture (under construction)."""
+"""tc_capture: Python bytecode → tc_ir graphs, with guards, graph breaks and a guarded cache.
+
+>>> import torch, tc_capture
+>>> r = tc_capture.capture(lambda x: torch.sin(x) * 2, torch.randn(3))
+>>> len(r.graphs), r.ops_per_graph
+(1, [2])
+"""
+
+from .api import (CaptureResult, OptimizedModule, capture, explain, interpret_backend, is_compiling,
+                  mark_dynamic, optimize, reset)
+from .compile_region import Break, GraphBreakError
+from .module_state import bump as bump_module_state
 
 __version__ = "0.1.0"
+
+__all__ = ["capture", "explain", "optimize", "reset", "is_compiling", "mark_dynamic", "GraphBreakError",
+           "CaptureResult", "Break", "OptimizedModule", "interpret_backend", "bump_module_state"]

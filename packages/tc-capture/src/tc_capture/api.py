@@ -1,0 +1,183 @@
+"""The public entry points: ``optimize``, ``capture``, ``explain``, ``reset`` and friends."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+import tc_ir
+
+from . import module_state
+from .compile_region import Break, Entry
+from .runtime import ALL_CACHES, FrameCache, compiling_depth
+
+
+def is_compiling() -> bool:
+    """True while tc_capture captures or runs a compiled region (in this thread)."""
+    return compiling_depth() > 0
+
+
+def mark_dynamic(t: torch.Tensor, dim: int) -> None:
+    """Record that ``t``'s size ``dim`` may change (accepted; shapes are specialized for now)."""
+    dims = getattr(t, "_tc_dynamic_dims", set())
+    dims.add(dim)
+    t._tc_dynamic_dims = dims
+
+
+def reset() -> None:
+    """Forget every compiled entry of every optimized function."""
+    for cache in list(ALL_CACHES):
+        cache.clear()
+    module_state.bump()
+
+
+def _module_call(self, *args, **kwargs):
+    return self(*args, **kwargs)
+
+
+def _binder(fn) -> Callable:
+    """A fast way to lay out call arguments in the order of ``fn``'s code's parameter slots."""
+    code = fn.__code__
+    simple = not code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS) and not code.co_kwonlyargcount
+    n = code.co_argcount
+    sig = inspect.signature(fn)
+    names = code.co_varnames[:n + code.co_kwonlyargcount + bool(code.co_flags & inspect.CO_VARARGS)
+                             + bool(code.co_flags & inspect.CO_VARKEYWORDS)]
+
+    def bind(args, kwargs):
+        if simple and not kwargs and len(args) == n:
+            return args
+        bound = sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return tuple(bound.arguments[name] for name in names)
+
+    return bind
+
+
+class OptimizedModule:
+    """A compiled ``nn.Module``: calling it runs the guarded cache; attributes are the module's."""
+
+    def __init__(self, module: torch.nn.Module, cache: FrameCache):
+        object.__setattr__(self, "_orig_mod", module)
+        object.__setattr__(self, "_cache", cache)
+
+    def __call__(self, *args, **kwargs):
+        return self._cache.call((self._orig_mod, args, kwargs), (self._orig_mod, *args), kwargs)
+
+    def forward(self, *args, **kwargs):
+        return self(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._orig_mod, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._orig_mod, name, value)
+
+
+def optimize(backend: Callable, *, fullgraph: bool = False, dynamic: bool | None = None,
+             recompile_limit: int = 8) -> Callable:
+    """A decorator compiling a function, bound method or ``nn.Module`` with ``backend``.
+
+    ``backend(graph, example_inputs)`` returns a callable that takes the graph's inputs
+    positionally and returns what ``tc_ir.interpret(graph, inputs)`` would.
+
+    >>> import torch, tc_ir, tc_capture
+    >>> be = lambda g, ex: (lambda *xs: tc_ir.interpret(g, xs))
+    >>> f = tc_capture.optimize(be)(lambda x: torch.relu(x) + 1)
+    >>> bool((f(torch.ones(2)) == 2).all())
+    True
+    """
+    module_state.install()
+
+    def wrap(fn):
+        if isinstance(fn, torch.nn.Module):
+            cache = FrameCache(_module_call, backend, fullgraph, recompile_limit)
+            cache.fn = types.MethodType(_module_call, fn)
+            return OptimizedModule(fn, cache)
+        if isinstance(fn, types.MethodType):
+            inner = wrap(fn.__func__)
+            return types.MethodType(inner, fn.__self__)
+        if not isinstance(fn, types.FunctionType):
+            raise TypeError(f"tc_capture.optimize needs a function, method or nn.Module, got {type(fn).__name__}")
+        cache = FrameCache(fn, backend, fullgraph, recompile_limit)
+        bind = _binder(fn)
+
+        @functools.wraps(fn)
+        def compiled(*args, **kwargs):
+            return cache.call(bind(args, kwargs), args, kwargs)
+
+        compiled._tc_cache = cache
+        return compiled
+
+    return wrap
+
+
+def interpret_backend(graph: tc_ir.Graph, example_inputs: list) -> Callable:
+    """The reference back end: run the graph on ``tc_ir.interpret``."""
+    return lambda *inputs: tc_ir.interpret(graph, inputs)
+
+
+# ---- analysis --------------------------------------------------------------------------------------
+@dataclass
+class CaptureResult:
+    """What capturing one call found: graphs, guards, graph breaks, and the call's result."""
+
+    graphs: list = field(default_factory=list)
+    guards: list = field(default_factory=list)
+    breaks: list = field(default_factory=list)
+    result: Any = None
+
+    @property
+    def ops_per_graph(self) -> list[int]:
+        return [len(g.calls) for g in self.graphs]
+
+    @property
+    def graph_count(self) -> int:
+        return len(self.graphs)
+
+    @property
+    def graph_break_count(self) -> int:
+        return len(self.breaks)
+
+    @property
+    def break_reasons(self) -> list[str]:
+        return [str(b) for b in self.breaks]
+
+    def __str__(self) -> str:
+        lines = [f"graphs: {self.graph_count}, graph breaks: {self.graph_break_count}",
+                 f"ops per graph: {self.ops_per_graph}"]
+        lines += [f"  break: {b}" for b in self.breaks]
+        lines += ["guards:"] + [f"  {g}" for g in self.guards]
+        return "\n".join(lines)
+
+
+def capture(fn, *args, **kwargs) -> CaptureResult:
+    """Run ``fn(*args, **kwargs)`` once through the capture layer and report what it captured.
+
+    Each region between graph breaks gives one graph (run by the reference interpreter), the
+    guards that make it valid, and the break reasons with the user's file:line.
+    """
+    report = CaptureResult()
+
+    def listen(entry: Entry) -> None:
+        if entry.graph is not None:
+            report.graphs.append(entry.graph)
+        report.guards.extend(g for g in entry.guard_texts if g not in report.guards)
+        report.breaks.extend(entry.breaks)
+
+    compiled = optimize(interpret_backend)(fn)
+    cache = compiled._cache if isinstance(compiled, OptimizedModule) else (
+        compiled.__func__ if isinstance(compiled, types.MethodType) else compiled)._tc_cache
+    cache.listeners.append(listen)
+    report.result = compiled(*args, **kwargs)
+    ALL_CACHES.remove(cache)
+    return report
+
+
+explain = capture
+__all__ = ["Break"]

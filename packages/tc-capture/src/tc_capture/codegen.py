@@ -1,0 +1,174 @@
+"""Generated runner of one cache entry: read inputs, call the compiled graph, apply side effects,
+rebuild the Python values (the return value, or the live frame state at a graph break).
+
+Everything the runner does is one generated Python function whose source is kept on the entry.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+from . import sources as S
+from .interp.session import NULL, UNBOUND, ModeExit, ResumeIter, Unsupported
+from .variables import (BoundV, CellV, Const, DictV, ExitV, FuncV, IterV, ListV, MethodV, NullV, ObjV,
+                        SetV, TensorV, TupleV, V)
+
+
+def _new_obj(cls):
+    return cls.__new__(cls)
+
+
+def _make_fn(code, globals_, defaults, kwdefaults, closure, qualname):
+    fn = types.FunctionType(code, globals_, code.co_name, defaults or None, closure or None)
+    fn.__kwdefaults__, fn.__qualname__ = kwdefaults or None, qualname
+    return fn
+
+
+_RUNTIME = {"NULL": NULL, "UNBOUND": UNBOUND, "_ResumeIter": ResumeIter, "_ModeExit": ModeExit,
+            "_new_obj": _new_obj, "_make_fn": _make_fn, "_cell": types.CellType,
+            "_MethodType": types.MethodType, "_setattr": object.__setattr__}
+
+
+class Rebuild:
+    """Turns captured values into Python expressions over ``F``, ``C``, graph outputs ``O``."""
+
+    def __init__(self, refs):
+        self.refs = refs  # GuardSet.ref: names for baked objects
+        self.lines: list[str] = []
+        self.memo: dict[int, str] = {}
+        self.outputs: list[Any] = []  # graph nodes to return, in order
+        self._tmp = 0
+
+    def tmp(self) -> str:
+        self._tmp += 1
+        return f"t{self._tmp}"
+
+    def expr(self, v: V) -> str:
+        key = id(v)
+        if key not in self.memo:
+            self.memo[key] = self._build(v)
+        return self.memo[key]
+
+    def _bind(self, v: V, text: str) -> str:
+        name = self.tmp()
+        self.memo[id(v)] = name
+        self.lines.append(f"{name} = {text}")
+        return name
+
+    def _build(self, v: V) -> str:
+        if isinstance(v, TensorV):
+            return self._tensor(v)
+        if isinstance(v, Const):
+            return v.source.expr if v.source is not None else self._const(v.value)
+        if isinstance(v, NullV):
+            return "NULL"
+        if isinstance(v, (ListV, DictV, SetV)) and v.source is not None:
+            return v.source.expr
+        if isinstance(v, ListV):
+            return self._bind(v, f"[{', '.join(self.expr(x) for x in v.items)}]")
+        if isinstance(v, SetV):
+            return f"{{{', '.join(self.expr(x) for x in v.items)}}}" if v.items else "set()"
+        if isinstance(v, TupleV):
+            return self._tuple(v)
+        if isinstance(v, DictV):
+            body = ", ".join(f"{self._const(k)}: {self.expr(x)}" for k, x in v.items.items())
+            return f"{{{body}}}" if v.cls is dict else f"{self.refs(v.cls)}({{{body}}})"
+        return self._special(v)
+
+    def _tensor(self, v: TensorV) -> str:
+        if v.source is not None and v.node.op == "input":
+            return v.source.expr
+        if v.node.op != "call":
+            raise Unsupported("a tensor that is neither a graph input nor a graph result")
+        if v.node not in self.outputs:
+            self.outputs.append(v.node)
+        return f"O[{self.outputs.index(v.node)}]"
+
+    def _const(self, value) -> str:
+        if isinstance(value, (int, float, str, bool, type(None))) and repr(value) == repr(value) \
+                and not (isinstance(value, float) and (value != value or value in (float("inf"), float("-inf")))):
+            return repr(value)
+        return self.refs(value)
+
+    def _tuple(self, v: TupleV) -> str:
+        items = [self.expr(x) for x in v.items]
+        if v.cls is tuple:
+            return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
+        if hasattr(v.cls, "_fields"):
+            return f"{self.refs(v.cls)}({', '.join(items)})"
+        return f"{self.refs(v.cls)}(({', '.join(items)}{',' if len(items) == 1 else ''}))"
+
+    def _special(self, v: V) -> str:
+        if isinstance(v, CellV):
+            if v.source is not None:
+                return v.source.expr
+            name = self._bind(v, "_cell()")
+            if v.contents is not None:
+                self.lines.append(f"{name}.cell_contents = {self.expr(v.contents)}")
+            return name
+        if isinstance(v, FuncV):
+            defaults = f"({', '.join(self.expr(d) for d in v.defaults)}{',' if len(v.defaults) == 1 else ''})"
+            kw = "{" + ", ".join(f"{k!r}: {self.expr(d)}" for k, d in v.kwdefaults.items()) + "}"
+            closure = f"({', '.join(self.expr(c) for c in v.closure)}{',' if len(v.closure) == 1 else ''})"
+            return self._bind(v, f"_make_fn({self.refs(v.code)}, {self.refs(v.globals)}, {defaults}, {kw}, "
+                                 f"{closure}, {v.qualname!r})")
+        if isinstance(v, BoundV):
+            return f"_MethodType({self.expr(v.func)}, {self.expr(v.self_v)})"
+        if isinstance(v, MethodV):
+            return f"{self.expr(v.self_v)}.{v.name}"
+        if isinstance(v, IterV):
+            return self._bind(v, f"_ResumeIter([{', '.join(self.expr(x) for x in v.items)}], {v.index})")
+        if isinstance(v, ExitV) and v.kind == "grad":
+            return f"_ModeExit('grad', {v.state})"
+        if isinstance(v, ObjV):
+            name = self._bind(v, f"_new_obj({self.refs(v.cls)})")
+            for attr, x in v.attrs.items():
+                self.lines.append(f"_setattr({name}, {attr!r}, {self.expr(x)})")
+            return name
+        raise Unsupported(f"cannot rebuild a {type(v).__name__} after the graph")
+
+    # ---- side effects ------------------------------------------------------------------------------
+    def side_effects(self, session) -> None:
+        for effect in session.side_effects:
+            if effect[0] == "setattr":
+                _, obj, name, value = effect
+                self.lines.append(f"setattr({self.expr(obj)}, {name!r}, {self.expr(value)})")
+            elif effect[0] == "global":
+                _, gdict, name, value = effect
+                self.lines.append(f"{self.refs(gdict)}[{name!r}] = {self.expr(value)}")
+        for v in session.mutated.values():
+            self._replay(v)
+
+    def _replay(self, v: V) -> None:
+        target = v.source.expr
+        if isinstance(v, ListV):
+            self.lines.append(f"{target}[:] = [{', '.join(self.expr(x) for x in v.items)}]")
+        elif isinstance(v, DictV):
+            body = ", ".join(f"{self._const(k)}: {self.expr(x)}" for k, x in v.items.items())
+            self.lines.append(f"_d = {target}; _d.clear(); _d.update({{{body}}})")
+        elif isinstance(v, CellV) and v.contents is not None:
+            self.lines.append(f"{target}.cell_contents = {self.expr(v.contents)}")
+
+
+def generate_runner(name: str, call_args: list[str], has_params: bool, root_key: str | None, graph_fn,
+                    body: list[str], result: str, scope: dict) -> tuple:
+    """Assemble and exec the runner; ``body`` reads ``O`` (the graph's outputs)."""
+    src = ["def run(F, C):"]
+    if has_params:
+        src.append(f"    P = MS[{root_key}][1]")
+    if graph_fn is not None:
+        args = ", ".join(call_args + (["*P"] if has_params else []))
+        src.append(f"    O = GRAPH({args})")
+    src += ["    " + line for line in body]
+    src.append(f"    return {result}")
+    text = "\n".join(src)
+    scope = dict(scope, **_RUNTIME, GRAPH=graph_fn)
+    exec(compile(text, f"<tc_capture runner {name}>", "exec"), scope)
+    return scope["run"], text
+
+
+def pretty_state_names(code) -> list[str]:
+    return list(code.co_varnames)
+
+

@@ -1,0 +1,158 @@
+"""Capture one region of a frame (from a start offset to a return or a graph break) and turn it
+into a cache entry: guards, the compiled graph, and the generated runner."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+import tc_ir
+
+from . import sources as S
+from .codegen import Rebuild, generate_runner
+from .guards import compile_guards
+from .interp import BreakHere, Frame, Session, Stop, Unsupported
+from .interp.session import UNBOUND
+from .variables import CellV, V
+
+log_breaks = tc_ir.logs.get_logger("graph_breaks")
+log_guards = tc_ir.logs.get_logger("guards")
+log_graph = tc_ir.logs.get_logger("graph")
+
+
+class GraphBreakError(RuntimeError):
+    """Raised under ``fullgraph=True`` at the first graph break, naming its reason and location."""
+
+    def __init__(self, reason: str, filename: str | None, lineno: int | None):
+        super().__init__(f"graph break at {filename}:{lineno}: {reason}")
+        self.reason, self.filename, self.lineno = reason, filename, lineno
+
+
+@dataclass
+class Break:
+    reason: str
+    filename: str | None
+    lineno: int | None
+
+    def __str__(self) -> str:
+        return f"{self.filename}:{self.lineno}: {self.reason}"
+
+
+@dataclass
+class Entry:
+    guard: Callable
+    why: Callable
+    run: Callable
+    graph: tc_ir.Graph | None
+    guard_texts: list[str]
+    guard_source: str
+    runner_source: str
+    break_ip: int | None  # instruction index to run in Python after the runner, None if final
+    breaks: list[Break] = field(default_factory=list)
+
+
+def frame_names(code, offset: int, stack_depth: int) -> list[str]:
+    return list(code.co_varnames) + [f"stack{i}" for i in range(stack_depth)]
+
+
+def _initial_frame(session: Session, code, globals_, F, C, offset: int, nargs: int) -> Frame:
+    names = code.co_varnames
+    locals_: dict[str, V] = {}
+    count = nargs if offset == 0 else len(names)
+    for i in range(count):
+        if F[i] is not UNBOUND:
+            locals_[names[i]] = session.wrap(F[i], S.local(i, names[i]))
+    stack = [session.wrap(F[i], S.Source(f"F[{i}]", f"stack{i - count}")) for i in range(count, len(F))]
+    cells: dict[str, V] = {}
+    for k, name in enumerate(code.co_freevars + code.co_cellvars):
+        cell = C[k] if k < len(C) else None
+        if cell is None:
+            continue
+        try:
+            contents = session.wrap(cell.cell_contents, S.cell(k, name))
+        except ValueError:
+            contents = None
+        cells[name] = CellV(contents, S.Source(f"C[{k}]", name))
+    insts, index_of = __import__("tc_capture.bytecode", fromlist=["decode"]).decode(code)
+    return Frame(session, code, globals_, locals_, cells, ip=index_of[offset], stack=stack)
+
+
+def capture_region(code, globals_, F, C, offset: int, nargs: int, fullgraph: bool, name: str):
+    """Run the symbolic interpreter from ``offset``; returns (session, result or Stop, Break|None)."""
+    break_at: set[int] = set()
+    cause: Unsupported | None = None
+    for _ in range(4):
+        session = Session(name, frame_names(code, offset, max(0, len(F) - len(code.co_varnames))), fullgraph)
+        session.top_globals = globals_
+        grad = torch.is_grad_enabled()
+        try:
+            frame = _initial_frame(session, code, globals_, F, C, offset, nargs)
+            frame.break_at = frozenset(break_at)
+            out = frame.run()
+            brk = Break(cause.reason, cause.filename, cause.lineno) if cause is not None else None
+            return session, out, brk
+        except BreakHere as e:
+            if fullgraph:
+                raise GraphBreakError(e.cause.reason, e.cause.filename, e.cause.lineno) from None
+            if e.offset in break_at:
+                raise RuntimeError(f"tc_capture: break at offset {e.offset} repeated") from e
+            break_at.add(e.offset)
+            cause = e.cause
+        finally:
+            torch._C._set_grad_enabled(grad)
+            for state in reversed(session.autocast_stack):
+                torch.amp.autocast_mode._exit_autocast(state)
+    raise RuntimeError("tc_capture: capture did not settle")
+
+
+def build_entry(code, session: Session, out, brk: Break | None, backend, name: str) -> Entry:
+    graph = session.graph
+    gated = [(n, s, v) for n, s, v in session.inputs if s.gated]
+    plain = [(n, s, v) for n, s, v in session.inputs if not s.gated]
+    order = {id(n): i for i, (n, _, _) in enumerate(plain + gated)}
+    graph.nodes.sort(key=lambda n: (0, order[id(n)]) if n.op == "input" else (1, 0))
+    rb = Rebuild(session.guards.ref)
+    if isinstance(out, Stop):
+        frame = out.frame
+        locals_ = ", ".join(rb.expr(frame.locals[n]) if n in frame.locals else "UNBOUND"
+                            for n in code.co_varnames)
+        stack = ", ".join(rb.expr(v) for v in frame.stack)
+        cells = ", ".join(rb.expr(frame.cells[n]) if n in frame.cells else "None"
+                          for n in code.co_freevars + code.co_cellvars)
+        rb.side_effects(session)
+        result, break_ip = f"([{locals_}], [{stack}], [{cells}])", out.ip
+    else:
+        rb.side_effects(session)
+        result, break_ip = rb.expr(out), None
+    graph.output(tuple(rb.outputs))
+    guard, why, guard_src, ms, root_key = compile_guards(session.guards, [s.expr for _, s, _ in gated])
+    compiled = None
+    if graph.calls:
+        compiled = backend(graph, [v for _, _, v in plain + gated])
+        _log_graph(graph)
+    scope = {n: o for n, o in session.guards.objects.values()}
+    scope["MS"] = ms
+    run, run_src = generate_runner(name, [s.expr for _, s, _ in plain], bool(gated), root_key, compiled,
+                                   rb.lines, result, scope)
+    if log_guards.isEnabledFor(10):
+        log_guards.debug("guards of %s:\n%s\n%s", name, "\n".join(session.guards.descriptions()), guard_src)
+    if brk is not None:
+        log_breaks.debug("graph break in %s at %s:%s: %s", code.co_name, brk.filename, brk.lineno, brk.reason)
+    return Entry(guard, why, run, graph if graph.calls else None, session.guards.descriptions(), guard_src,
+                 run_src, break_ip, [brk] if brk else [])
+
+
+def _log_graph(graph: tc_ir.Graph) -> None:
+    if log_graph.isEnabledFor(10):
+        log_graph.debug("%s", graph.format(data=False, header="tc_capture"))
+    tc_ir.logs.dump("capture", graph.name, graph.format(data=False))
+
+
+def count_args(code) -> int:
+    n = code.co_argcount + code.co_kwonlyargcount
+    return n + bool(code.co_flags & inspect.CO_VARARGS) + bool(code.co_flags & inspect.CO_VARKEYWORDS)
+
+

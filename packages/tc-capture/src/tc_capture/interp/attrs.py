@@ -1,0 +1,187 @@
+"""Attribute reads and writes on captured values, resolved statically through the class MRO.
+
+Nothing user-defined runs behind our back: properties are inlined, methods become bound
+values, module parameters/buffers/submodules are read from the module's dicts with a source
+(so they become graph inputs and gated guards), and an unknown ``__getattr__`` is a break.
+"""
+
+from __future__ import annotations
+
+import types
+
+import torch
+
+from ..variables import (BoundV, Const, DictV, FuncV, ListV, MethodV, ObjV, SuperV, TensorV, TupleV, V)
+from .record import record, run_fake
+from .session import Unsupported
+
+_MODULE_DICTS = ("_parameters", "_buffers", "_modules")
+_TENSOR_META = {"shape", "dtype", "device", "ndim", "requires_grad", "is_cuda", "is_leaf", "layout",
+                "is_sparse", "is_quantized", "is_meta", "is_complex", "names", "itemsize", "nbytes"}
+
+
+class AttrMissing(Unsupported):
+    pass
+
+
+def get_attr(f, obj: V, name: str) -> V:
+    overlay = f.session.attr_writes.get((id(obj), name))
+    if overlay is not None:
+        return overlay
+    if isinstance(obj, TensorV):
+        return _tensor_attr(f, obj, name)
+    if isinstance(obj, ObjV):
+        if name in obj.attrs:
+            return obj.attrs[name]
+        return _class_attr(f, obj, obj.cls, name)
+    if isinstance(obj, SuperV):
+        return _super_attr(f, obj, name)
+    if isinstance(obj, (ListV, TupleV, DictV)):
+        kind = {ListV: list, TupleV: tuple, DictV: dict}[type(obj)]
+        if hasattr(kind, name):
+            return BoundV(Const(getattr(kind, name)), obj)
+        raise AttrMissing(f"{kind.__name__} has no attribute {name!r}")
+    if isinstance(obj, FuncV):
+        if name in ("__name__", "__qualname__"):
+            return Const(obj.code.co_name if name == "__name__" else obj.qualname)
+        raise Unsupported(f"attribute {name} of a nested function")
+    if isinstance(obj, BoundV):
+        if name == "__self__":
+            return obj.self_v
+        if name == "__func__":
+            return obj.func
+        return get_attr(f, obj.func, name)
+    if isinstance(obj, Const):
+        return _const_attr(f, obj, name)
+    raise Unsupported(f"attribute {name!r} of {type(obj).__name__}")
+
+
+def _tensor_attr(f, obj: TensorV, name: str) -> V:
+    fake = obj.fake
+    if name in ("T", "mT", "H", "mH", "real", "imag", "data"):
+        method = {"T": "permute", "mT": "transpose", "data": "detach", "real": torch.real, "imag": torch.imag}
+        if name == "T":
+            return record(f.session, "permute", (obj, Const(tuple(reversed(range(fake.dim()))))), {})
+        if name == "mT":
+            return record(f.session, "transpose", (obj, Const(-2), Const(-1)), {})
+        if name in method:
+            target = method[name]
+            return record(f.session, target, (obj,), {})
+        raise Unsupported(f"tensor attribute {name}")
+    if name == "grad":
+        raise Unsupported("reading .grad of a tensor")
+    if name in _TENSOR_META:
+        return Const(run_fake(f.session, getattr, (fake, name), {}))
+    if callable(getattr(torch.Tensor, name, None)):
+        return MethodV(name, obj)
+    raise Unsupported(f"tensor attribute {name!r}")
+
+
+def _const_attr(f, obj: Const, name: str) -> V:
+    value, source = obj.value, obj.source
+    if isinstance(value, types.ModuleType):
+        try:
+            return Const(getattr(value, name))
+        except AttributeError as e:
+            raise AttrMissing(str(e)) from e
+    if isinstance(value, type):
+        return _type_attr(value, name)
+    if isinstance(value, torch.nn.Module):
+        for dict_name in _MODULE_DICTS:
+            d = value.__dict__.get(dict_name)
+            if d is not None and name in d:
+                found = d[name]
+                return _sourced(f, found, source, name, value)
+    if type(value).__getattribute__ is not object.__getattribute__ and not isinstance(value, torch.nn.Module):
+        return _opaque_attr(f, obj, name)
+    return _class_attr(f, obj, type(value), name)
+
+
+def _sourced(f, found, source, name, owner) -> V:
+    if source is None:
+        if isinstance(found, torch.Tensor):
+            raise Unsupported(f"tensor attribute {name!r} of an object reached without a source")
+        return Const(found)
+    return f.session.wrap(found, source.attr(name, owner))
+
+
+def _opaque_attr(f, obj: Const, name: str) -> V:
+    """Builtin objects (numbers, dtypes, sizes, strings): a real getattr is safe."""
+    try:
+        found = getattr(obj.value, name)
+    except AttributeError as e:
+        raise AttrMissing(str(e)) from e
+    return _sourced(f, found, obj.source, name, obj.value)
+
+
+def _type_attr(cls: type, name: str) -> V:
+    try:
+        found = getattr(cls, name)
+    except AttributeError as e:
+        raise AttrMissing(str(e)) from e
+    if isinstance(found, types.MethodType):
+        return BoundV(Const(found.__func__), Const(found.__self__))
+    return Const(found)
+
+
+def _lookup(cls: type, name: str, start_after: type | None = None):
+    mro = cls.__mro__
+    if start_after is not None:
+        mro = mro[mro.index(start_after) + 1:]
+    for klass in mro:
+        if name in klass.__dict__:
+            return True, klass.__dict__[name]
+    return False, None
+
+
+def _class_attr(f, obj: V, cls: type, name: str, start_after: type | None = None) -> V:
+    found, desc = _lookup(cls, name, start_after)
+    if found and isinstance(desc, property):
+        from .calls import call_function
+
+        if desc.fget is None:
+            raise Unsupported(f"property {name} has no getter")
+        return call_function(f, Const(desc.fget), [obj], {})
+    if found and hasattr(type(desc), "__set__") and not isinstance(desc, (types.FunctionType,)):
+        if isinstance(obj, Const):
+            return _opaque_attr(f, obj, name)  # slots and C-level data descriptors
+        raise Unsupported(f"data descriptor {name} on a new object")
+    if isinstance(obj, Const) and start_after is None:
+        inst_dict = getattr(obj.value, "__dict__", None)
+        if inst_dict is not None and name in inst_dict:
+            return _sourced(f, inst_dict[name], obj.source, name, obj.value)
+    if found:
+        return _bind(desc, obj, cls)
+    if not found and _lookup(cls, "__getattr__")[0] and not issubclass(cls, torch.nn.Module):
+        raise Unsupported(f"{cls.__name__}.__getattr__ would run for {name!r}")
+    raise AttrMissing(f"{cls.__name__!r} object has no attribute {name!r}")
+
+
+def _bind(desc, obj: V, cls: type) -> V:
+    if isinstance(desc, staticmethod):
+        return Const(desc.__func__)
+    if isinstance(desc, classmethod):
+        return BoundV(Const(desc.__func__), Const(cls))
+    if isinstance(desc, types.FunctionType):
+        return BoundV(Const(desc), obj)
+    if hasattr(desc, "__get__") and isinstance(obj, Const):
+        return Const(desc.__get__(obj.value, cls))
+    return Const(desc)
+
+
+def _super_attr(f, sup: SuperV, name: str) -> V:
+    obj = sup.obj
+    cls = obj.cls if isinstance(obj, ObjV) else (obj.value if isinstance(obj.value, type) else type(obj.value))
+    return _class_attr(f, obj, cls, name, start_after=sup.cls)
+
+
+# ---- writes --------------------------------------------------------------------------------------
+def set_attr(f, obj: V, name: str, value: V) -> None:
+    if isinstance(obj, ObjV):
+        obj.attrs[name] = value
+        return
+    if isinstance(obj, Const) and obj.source is not None and not isinstance(obj.value, type):
+        f.session.attr_writes[(id(obj), name)] = value
+        f.session.side_effects.append(("setattr", obj, name, value))
+        return
+    raise Unsupported(f"attribute assignment .{name} on {type(obj).__name__}")

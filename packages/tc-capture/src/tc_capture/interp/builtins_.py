@@ -1,0 +1,341 @@
+"""The closed table of builtins (and list/dict/tuple methods) the interpreter understands."""
+
+from __future__ import annotations
+
+import builtins
+import operator
+
+import torch
+
+from ..variables import (BoundV, Const, DictV, FuncV, IterV, ListV, MethodV, ObjV, SetV, SuperV, TensorV,
+                         TupleV, V)
+from .pyops import binary, items_of, realize_const
+from .record import record
+from .session import Unsupported
+
+BUILTINS: dict = {}
+
+
+def builtin(*fns):
+    def register(handler):
+        for fn in fns:
+            BUILTINS[fn] = handler
+        return handler
+
+    return register
+
+
+def _consts(args) -> list:
+    return [realize_const(a) for a in args]
+
+
+@builtin(len)
+def length(f, args, kwargs=None) -> V:
+    (v,) = args
+    if isinstance(v, (ListV, TupleV, SetV, DictV)):
+        return Const(len(v.items))
+    if isinstance(v, TensorV):
+        return Const(v.fake.shape[0])
+    if isinstance(v, Const):
+        if v.source is not None and not isinstance(v.value, (str, bytes, tuple)):
+            f.session.guards.length(v.source, v.value)
+        return Const(len(v.value))
+    raise Unsupported(f"len() of {type(v).__name__}")
+
+
+def type_of(v: V) -> type:
+    if isinstance(v, TensorV):
+        return v.node.meta.get("type", torch.Tensor) if v.source is not None else torch.Tensor
+    if isinstance(v, Const):
+        return type(v.value)
+    if isinstance(v, ObjV):
+        return v.cls
+    if isinstance(v, TupleV):
+        return v.cls
+    if isinstance(v, DictV):
+        return v.cls
+    return {ListV: list, SetV: set, FuncV: type(type_of), BoundV: type(print), MethodV: type(print)}.get(type(v), object)
+
+
+@builtin(isinstance)
+def isinstance_(f, args, kwargs) -> V:
+    v, classes = args
+    t = type_of(v)
+    cls = realize_const(classes)
+    if isinstance(v, TensorV) and not isinstance(cls, tuple) and cls is torch.nn.Parameter:
+        return Const(t is torch.nn.Parameter)
+    return Const(issubclass(t, cls))
+
+
+@builtin(type)
+def type_(f, args, kwargs) -> V:
+    if len(args) != 1:
+        raise Unsupported("type() with 3 arguments")
+    return Const(type_of(args[0]))
+
+
+def _fold_or_tensor(fn, tensor_fn=None):
+    def handler(f, args, kwargs):
+        if tensor_fn is not None and any(isinstance(a, TensorV) for a in args):
+            return record(f.session, tensor_fn, tuple(args), kwargs)
+        if fn in (any, all, sorted) and args and not isinstance(args[0], Const):
+            items = items_of(f, args[0])
+            return Const(fn(_consts(items), **{k: realize_const(v) for k, v in kwargs.items()})) if fn is not sorted \
+                else ListV([Const(x) for x in sorted(_consts(items), **{k: realize_const(v) for k, v in kwargs.items()})])
+        if fn is callable:
+            return Const(not isinstance(args[0], (ListV, TupleV, DictV, SetV, TensorV)) and
+                         (not isinstance(args[0], Const) or callable(args[0].value)))
+        try:
+            return Const(fn(*_consts(args), **{k: realize_const(v) for k, v in kwargs.items()}))
+        except Exception as e:
+            raise Unsupported(f"{fn.__name__}() raised {type(e).__name__}: {e}") from e
+
+    return handler
+
+
+for _fn, _tfn in [(issubclass, None), (callable, None), (abs, torch.abs), (round, None), (divmod, None),
+                  (pow, operator.pow), (hash, None), (ord, None), (chr, None), (bin, None), (hex, None),
+                  (repr, None), (ascii, None), (sorted, None), (any, None), (all, None)]:
+    BUILTINS[_fn] = _fold_or_tensor(_fn, _tfn)
+
+
+def _scalar(kind):
+    def handler(f, args, kwargs):
+        if any(isinstance(a, TensorV) for a in args):
+            raise Unsupported(f"{kind.__name__}() of a tensor reads its data")
+        if kind is bool and args and not isinstance(args[0], Const):
+            from .truth import truth
+
+            return Const(truth(f, args[0]))
+        try:
+            return Const(kind(*_consts(args), **{k: realize_const(v) for k, v in kwargs.items()}))
+        except Exception as e:
+            raise Unsupported(f"{kind.__name__}() raised {type(e).__name__}: {e}") from e
+
+    return handler
+
+
+for _kind in (int, float, bool, str, complex):
+    BUILTINS[_kind] = _scalar(_kind)
+
+
+def _minmax(fn):
+    def handler(f, args, kwargs):
+        items = items_of(f, args[0]) if len(args) == 1 else list(args)
+        if any(isinstance(a, TensorV) for a in items):
+            raise Unsupported(f"{fn.__name__}() over tensors compares their values")
+        return Const(fn(_consts(items), **{k: realize_const(v) for k, v in kwargs.items()}))
+
+    return handler
+
+
+BUILTINS[min], BUILTINS[max] = _minmax(min), _minmax(max)
+
+
+@builtin(sum)
+def sum_(f, args, kwargs) -> V:
+    items = items_of(f, args[0])
+    total = args[1] if len(args) > 1 else kwargs.get("start", Const(0))
+    for item in items:
+        total = binary(f, operator.add, total, item)
+    return total
+
+
+@builtin(range)
+def range_(f, args, kwargs) -> V:
+    return Const(range(*_consts(args)))
+
+
+@builtin(list)
+def list_(f, args, kwargs) -> V:
+    return ListV(items_of(f, args[0]) if args else [])
+
+
+@builtin(tuple)
+def tuple_(f, args, kwargs) -> V:
+    return TupleV(items_of(f, args[0]) if args else [])
+
+
+@builtin(set, frozenset)
+def set_(f, args, kwargs) -> V:
+    return Const(set(_consts(items_of(f, args[0]))) if args else set())
+
+
+@builtin(dict)
+def dict_(f, args, kwargs) -> V:
+    items = {}
+    if args:
+        src = args[0]
+        if isinstance(src, DictV):
+            items.update(src.items)
+        else:
+            for pair in items_of(f, src):
+                k, v = items_of(f, pair)
+                items[realize_const(k)] = v
+    items.update(kwargs)
+    return DictV(items)
+
+
+@builtin(iter)
+def iter_(f, args, kwargs) -> V:
+    from .iteration import iterate
+
+    return iterate(f, args[0])
+
+
+@builtin(next)
+def next_(f, args, kwargs) -> V:
+    it = args[0]
+    if not isinstance(it, IterV):
+        raise Unsupported(f"next() on {type(it).__name__}")
+    if it.index >= len(it.items):
+        if len(args) > 1:
+            return args[1]
+        raise Unsupported("next() on an exhausted iterator (StopIteration)")
+    it.index += 1
+    return it.items[it.index - 1]
+
+
+@builtin(enumerate)
+def enumerate_(f, args, kwargs) -> V:
+    start = realize_const(args[1]) if len(args) > 1 else realize_const(kwargs.get("start", Const(0)))
+    return IterV([TupleV([Const(i + start), v]) for i, v in enumerate(items_of(f, args[0]))])
+
+
+@builtin(zip)
+def zip_(f, args, kwargs) -> V:
+    return IterV([TupleV(group) for group in zip(*(items_of(f, a) for a in args))])
+
+
+@builtin(reversed)
+def reversed_(f, args, kwargs) -> V:
+    return IterV(list(reversed(items_of(f, args[0]))))
+
+
+@builtin(map)
+def map_(f, args, kwargs) -> V:
+    from .calls import call_function
+
+    return IterV([call_function(f, args[0], list(group), {}) for group in zip(*(items_of(f, a) for a in args[1:]))])
+
+
+@builtin(filter)
+def filter_(f, args, kwargs) -> V:
+    from .calls import call_function
+    from .truth import truth
+
+    fn = args[0]
+    return IterV([x for x in items_of(f, args[1])
+                  if truth(f, x if isinstance(fn, Const) and fn.value is None else call_function(f, fn, [x], {}))])
+
+
+@builtin(getattr)
+def getattr_(f, args, kwargs) -> V:
+    from .attrs import AttrMissing, get_attr
+
+    try:
+        return get_attr(f, args[0], realize_const(args[1]))
+    except AttrMissing:
+        if len(args) > 2:
+            return args[2]
+        raise
+
+
+@builtin(hasattr)
+def hasattr_(f, args, kwargs) -> V:
+    from .attrs import AttrMissing, get_attr
+
+    try:
+        get_attr(f, args[0], realize_const(args[1]))
+        return Const(True)
+    except AttrMissing:
+        return Const(False)
+
+
+@builtin(setattr)
+def setattr_(f, args, kwargs) -> V:
+    from .attrs import set_attr
+
+    set_attr(f, args[0], realize_const(args[1]), args[2])
+    return Const(None)
+
+
+@builtin(super)
+def super_(f, args, kwargs) -> V:
+    if len(args) == 2:
+        return SuperV(realize_const(args[0]), args[1])
+    cell = f.cells.get("__class__")
+    if cell is None or cell.contents is None or not f.code.co_varnames:
+        raise Unsupported("super() without a __class__ cell")
+    first = f.code.co_varnames[0]
+    obj = f.locals.get(first) or (f.cells.get(first).contents if first in f.cells else None)
+    return SuperV(realize_const(cell.contents), obj)
+
+
+@builtin(print, input, open, id, breakpoint, globals, locals, vars, eval, exec)
+def python_only(f, args, kwargs) -> V:
+    raise Unsupported("a call to a Python builtin with effects outside the graph (print, open, id, ...)")
+
+
+# ---- container methods ------------------------------------------------------------------------------
+def _mutating(fn):
+    def handler(f, args, kwargs):
+        out = fn(f, *args, **kwargs)
+        f.session.note_mutation(args[0])
+        return out
+
+    return handler
+
+
+BUILTINS[list.append] = _mutating(lambda f, lst, v: (lst.items.append(v), Const(None))[1])
+BUILTINS[list.extend] = _mutating(lambda f, lst, v: (lst.items.extend(items_of(f, v)), Const(None))[1])
+BUILTINS[list.insert] = _mutating(lambda f, lst, i, v: (lst.items.insert(realize_const(i), v), Const(None))[1])
+BUILTINS[list.pop] = _mutating(lambda f, lst, i=Const(-1): lst.items.pop(realize_const(i)))
+BUILTINS[list.clear] = _mutating(lambda f, lst: (lst.items.clear(), Const(None))[1])
+BUILTINS[list.reverse] = _mutating(lambda f, lst: (lst.items.reverse(), Const(None))[1])
+BUILTINS[list.copy] = lambda f, args, kwargs: ListV(args[0].items)
+BUILTINS[list.index] = lambda f, args, kwargs: Const(_consts(args[0].items).index(realize_const(args[1])))
+BUILTINS[list.count] = lambda f, args, kwargs: Const(_consts(args[0].items).count(realize_const(args[1])))
+BUILTINS[tuple.index] = BUILTINS[list.index]
+BUILTINS[tuple.count] = BUILTINS[list.count]
+BUILTINS[dict.keys] = lambda f, args, kwargs: ListV([Const(k) for k in args[0].items])
+BUILTINS[dict.values] = lambda f, args, kwargs: ListV(list(args[0].items.values()))
+BUILTINS[dict.items] = lambda f, args, kwargs: ListV([TupleV([Const(k), v]) for k, v in args[0].items.items()])
+BUILTINS[dict.get] = lambda f, args, kwargs: args[0].items.get(realize_const(args[1]),
+                                                               args[2] if len(args) > 2 else Const(None))
+BUILTINS[dict.copy] = lambda f, args, kwargs: DictV(args[0].items, cls=args[0].cls)
+BUILTINS[dict.__contains__] = lambda f, args, kwargs: Const(realize_const(args[1]) in args[0].items)
+
+
+def _dict_pop(f, d, k, *default):
+    key = realize_const(k)
+    if key not in d.items and default:
+        return default[0]
+    return d.items.pop(key)
+
+
+def _dict_update(f, d, other=None, **kw):
+    if other is not None:
+        d.items.update(other.items if isinstance(other, DictV) else {realize_const(k): v for k, v in
+                                                                      (items_of(f, p) for p in items_of(f, other))})
+    d.items.update(kw)
+    return Const(None)
+
+
+def _dict_setdefault(f, d, k, default=Const(None)):
+    return d.items.setdefault(realize_const(k), default)
+
+
+BUILTINS[dict.pop] = _mutating(_dict_pop)
+BUILTINS[dict.update] = _mutating(_dict_update)
+BUILTINS[dict.setdefault] = _mutating(_dict_setdefault)
+BUILTINS[dict.clear] = _mutating(lambda f, d: (d.items.clear(), Const(None))[1])
+
+
+def bind_namedtuple(cls, args, kwargs) -> TupleV:
+    fields = cls._fields
+    values = dict(zip(fields, args), **kwargs)
+    defaults = getattr(cls, "_field_defaults", {})
+    return TupleV([values[n] if n in values else Const(defaults[n]) for n in fields], cls=cls)
+
+

@@ -1,0 +1,297 @@
+"""What a call does while capturing: record, inline, fold, or break.
+
+The rules, in order: bound values unwrap; tensor methods and torch functions become graph
+nodes (shape-propagated on fake tensors); ``nn.Module`` calls run their hooks and inline
+``forward``; user Python functions are inlined; a closed table of builtins is interpreted;
+pure functions of constants are folded; anything else is a graph break.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sysconfig
+import types
+
+import torch
+
+import tc_ir
+
+from .. import sources as S
+from ..variables import (BoundV, CellV, Const, DictV, ExitV, FuncV, GradModeV, ListV, MethodV, ObjV,
+                         SuperV, TensorV, TupleV, V, AutocastV)
+from .record import DATA_METHODS, record
+from .session import Unsupported
+
+_STDLIB = os.path.realpath(sysconfig.get_paths()["stdlib"])
+_TORCH_DIR = os.path.dirname(os.path.realpath(torch.__file__))
+_INLINE_TORCH = (os.path.join(_TORCH_DIR, "nn", "modules"),)
+_CO_GENERATOR = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+_UNSAFE_TORCH = {"manual_seed", "seed", "save", "load", "set_default_dtype", "set_default_device",
+                 "set_grad_enabled", "use_deterministic_algorithms", "set_printoptions", "compile",
+                 "set_num_threads"}
+_TORCH_FALSE = {torch.jit.is_scripting, torch.jit.is_tracing, torch._C._get_tracing_state}
+_PURE_MODULES = {"math", "operator", "_operator", "builtins", "itertools", "functools", "string"}
+
+
+def call_function(f, fn: V, args: list[V], kwargs: dict[str, V]) -> V:
+    if isinstance(fn, BoundV):
+        return call_function(f, fn.func, [fn.self_v, *args], kwargs)
+    if isinstance(fn, MethodV):
+        return tensor_method(f, fn.name, fn.self_v, args, kwargs)
+    if isinstance(fn, FuncV):
+        return inline(f, fn, args, kwargs)
+    if isinstance(fn, ExitV):
+        return exit_mode(f, fn)
+    if isinstance(fn, Const):
+        return _call_const(f, fn, args, kwargs)
+    raise Unsupported(f"calling a {type(fn).__name__}")
+
+
+def _call_const(f, fn: Const, args, kwargs) -> V:
+    from .builtins_ import BUILTINS
+    from .contexts import CONTEXT_CLASSES, make_context
+
+    value = fn.value
+    handler = BUILTINS.get(value) if _hashable(value) else None
+    if handler is not None:
+        return handler(f, args, kwargs)
+    if _hashable(value) and value in CONTEXT_CLASSES:
+        return make_context(f, value, args, kwargs)
+    if value is tc_ir.ops.cond:
+        from .cond import capture_cond
+
+        return capture_cond(f, args, kwargs)
+    if isinstance(value, torch.nn.Module):
+        return call_module(f, fn, args, kwargs)
+    if _hashable(value) and value in _TORCH_FALSE:
+        return Const(False)
+    if is_torch_callable(value):
+        return torch_call(f, value, args, kwargs)
+    if isinstance(value, types.FunctionType):
+        return inline(f, value, args, kwargs, fn.source)
+    if isinstance(value, types.MethodType):
+        return call_function(f, BoundV(Const(value.__func__), Const(value.__self__)), args, kwargs)
+    if isinstance(value, type):
+        return construct(f, value, args, kwargs)
+    if _foldable(value, args, kwargs):
+        from .pyops import realize_const
+
+        try:
+            return Const(value(*[realize_const(a) for a in args], **{k: realize_const(v) for k, v in kwargs.items()}))
+        except Exception as e:
+            raise Unsupported(f"{_name(value)} raised {type(e).__name__}: {e}") from e
+    if callable(value) and type(value).__call__ is not None and isinstance(type(value).__dict__.get("__call__"),
+                                                                              types.FunctionType):
+        return call_function(f, BoundV(Const(type(value).__call__), fn), args, kwargs)
+    raise Unsupported(f"call to {_name(value)} is not supported")
+
+
+def _hashable(x) -> bool:
+    try:
+        hash(x)
+        return True
+    except TypeError:
+        return False
+
+
+def _name(fn) -> str:
+    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+
+
+def _foldable(fn, args, kwargs) -> bool:
+    module = getattr(fn, "__module__", None)
+    receiver = getattr(fn, "__self__", None)
+    all_const = all(isinstance(a, Const) for a in [*args, *kwargs.values()])
+    if not all_const:
+        return False
+    if isinstance(fn, types.BuiltinFunctionType) and isinstance(receiver, (str, bytes, tuple, int, float, frozenset,
+                                                                             torch.Size, torch.dtype, torch.device)):
+        return True
+    return module in _PURE_MODULES and not any(isinstance(a.value, torch.Tensor) for a in args)
+
+
+# ---- torch ---------------------------------------------------------------------------------------
+def is_torch_callable(fn) -> bool:
+    if isinstance(fn, type) or not callable(fn):
+        return False
+    module = getattr(fn, "__module__", None) or ""
+    if isinstance(fn, (types.MethodDescriptorType, types.WrapperDescriptorType)):
+        return getattr(fn, "__objclass__", None) is torch._C.TensorBase
+    if not module.startswith("torch"):
+        return fn in (torch.Tensor.__getitem__,) or module == "torch._C._nn"
+    return not module.startswith(("torch.nn.modules", "torch.utils", "torch._dynamo", "torch.autograd.grad_mode",
+                                  "torch.distributed", "torch.testing", "torch.serialization", "torch.jit"))
+
+
+def torch_call(f, fn, args, kwargs) -> V:
+    name = getattr(fn, "__name__", "")
+    if name in _UNSAFE_TORCH:
+        raise Unsupported(f"torch.{name} changes global state")
+    if isinstance(fn, (types.MethodDescriptorType, types.WrapperDescriptorType)):
+        return tensor_method(f, fn.__name__, args[0], args[1:], kwargs)
+    if fn is torch.is_grad_enabled:
+        return Const(f.session.grad_enabled)
+    return record(f.session, fn, tuple(args), kwargs)
+
+
+def tensor_method(f, name: str, self_v: V, args, kwargs) -> V:
+    if name in DATA_METHODS:
+        raise Unsupported(f"Tensor.{name}() hands tensor data to Python")
+    if not isinstance(self_v, TensorV):
+        raise Unsupported(f"Tensor.{name} on {type(self_v).__name__}")
+    return record(f.session, name, (self_v, *args), kwargs)
+
+
+# ---- modules -------------------------------------------------------------------------------------
+def call_module(f, mod_v: Const, args, kwargs) -> V:
+    mod = mod_v.value
+    g = torch.nn.modules.module
+    if g._global_forward_hooks or g._global_forward_pre_hooks or g._global_backward_hooks:
+        raise Unsupported("global module hooks are registered")
+    if mod_v.source is not None:
+        src = mod_v.source
+        for hooks in ("_forward_pre_hooks", "_forward_hooks"):
+            f.session.guards.length(src._step(f"{src.expr}.{hooks}", src.name, True), getattr(mod, hooks))
+    for hook_id, hook in list(mod._forward_pre_hooks.items()):
+        if hook_id in mod._forward_pre_hooks_with_kwargs:
+            r = call_function(f, Const(hook), [mod_v, TupleV(args), DictV(kwargs)], {})
+            if not (isinstance(r, Const) and r.value is None):
+                args, kwargs = list(r.items[0].items), dict(r.items[1].items)
+        else:
+            r = call_function(f, Const(hook), [mod_v, TupleV(args)], {})
+            if not (isinstance(r, Const) and r.value is None):
+                args = list(r.items) if isinstance(r, TupleV) else [r]
+    forward = mod.__dict__.get("forward")
+    out = call_function(f, Const(forward) if forward is not None else BoundV(Const(type(mod).forward), mod_v),
+                        args, kwargs)
+    for hook_id, hook in list(mod._forward_hooks.items()):
+        if hook_id in mod._forward_hooks_with_kwargs:
+            r = call_function(f, Const(hook), [mod_v, TupleV(args), DictV(kwargs), out], {})
+        else:
+            r = call_function(f, Const(hook), [mod_v, TupleV(args), out], {})
+        if not (isinstance(r, Const) and r.value is None):
+            out = r
+    return out
+
+
+# ---- classes --------------------------------------------------------------------------------------
+def construct(f, cls: type, args, kwargs) -> V:
+    if issubclass(cls, tuple) and hasattr(cls, "_fields"):
+        from .builtins_ import bind_namedtuple
+
+        return bind_namedtuple(cls, args, kwargs)
+    if issubclass(cls, torch.nn.Module):
+        raise Unsupported(f"creating a module ({cls.__name__}) inside a captured function")
+    if cls.__module__ in ("builtins", "torch") or cls.__module__.startswith("torch."):
+        if all(isinstance(a, Const) for a in [*args, *kwargs.values()]) and cls in (
+                torch.Size, torch.device, slice, complex, frozenset):
+            return Const(cls(*[a.value for a in args], **{k: v.value for k, v in kwargs.items()}))
+        raise Unsupported(f"creating a {cls.__qualname__} inside a captured function")
+    if cls.__new__ is not object.__new__ or type(cls) is not type:
+        raise Unsupported(f"class {cls.__qualname__} has a custom __new__ or metaclass")
+    obj = ObjV(cls)
+    init = getattr(cls, "__init__")
+    if init is not object.__init__:
+        call_function(f, BoundV(Const(init), obj), args, kwargs)
+    return obj
+
+
+# ---- inlining ------------------------------------------------------------------------------------
+def _skip_reason(fn) -> str | None:
+    code = fn.__code__ if not isinstance(fn, FuncV) else fn.code
+    if code.co_flags & _CO_GENERATOR:
+        return f"{code.co_name} is a generator or coroutine"
+    path = os.path.realpath(code.co_filename)
+    if path.startswith(_STDLIB) and "site-packages" not in path and "dist-packages" not in path:
+        return f"{_name(fn)} lives in the standard library ({os.path.basename(path)})"
+    if path.startswith(_TORCH_DIR) and not path.startswith(_INLINE_TORCH):
+        return f"{_name(fn)} is torch internals ({os.path.relpath(path, _TORCH_DIR)})"
+    return None
+
+
+def inline(f, fn, args: list[V], kwargs: dict[str, V], source: S.Source | None = None) -> V:
+    from .frame import Frame
+
+    reason = _skip_reason(fn)
+    if reason is not None:
+        raise Unsupported(f"call to {reason}")
+    if isinstance(fn, FuncV):
+        code, globals_, defaults, kwdefaults, closure = fn.code, fn.globals, fn.defaults, fn.kwdefaults, fn.closure
+    else:
+        code, globals_ = fn.__code__, fn.__globals__
+        defaults = [_const_v(d) for d in (fn.__defaults__ or ())]
+        kwdefaults = {k: _const_v(d) for k, d in (fn.__kwdefaults__ or {}).items()}
+        closure = [_closure_cell(f, c, i, source) for i, c in enumerate(fn.__closure__ or ())]
+    locals_ = bind_args(code, defaults, kwdefaults, args, kwargs)
+    cells = dict(zip(code.co_freevars, closure))
+    child = Frame(f.session, code, globals_, locals_, cells, parent=f)
+    return child.run()
+
+
+def _const_v(value) -> V:
+    if isinstance(value, torch.Tensor):
+        raise Unsupported("a tensor default argument")
+    if isinstance(value, list):
+        return ListV([_const_v(v) for v in value])
+    if isinstance(value, dict):
+        return DictV({k: _const_v(v) for k, v in value.items()})
+    return Const(value)
+
+
+def _closure_cell(f, cell, index: int, source) -> CellV:
+    try:
+        contents = cell.cell_contents
+    except ValueError:
+        return CellV(None)
+    if source is not None:
+        return CellV(f.session.wrap(contents, S.Source(f"{source.expr}.__closure__[{index}].cell_contents",
+                                                       f"{source.name}_cell{index}")))
+    if isinstance(contents, (types.FunctionType, type, types.ModuleType, int, float, str, bool, type(None))):
+        return CellV(Const(contents))
+    ref = f.session.guards.ref(cell)
+    return CellV(f.session.wrap(contents, S.Source(f"{ref}.cell_contents", f"cell{index}")))
+
+
+def bind_args(code, defaults, kwdefaults, args: list[V], kwargs: dict[str, V]) -> dict[str, V]:
+    """Bind call arguments to a code object's parameters (positional, defaults, *args, **kwargs)."""
+    nargs, nkw = code.co_argcount, code.co_kwonlyargcount
+    names = code.co_varnames
+    has_varargs, has_varkw = bool(code.co_flags & inspect.CO_VARARGS), bool(code.co_flags & inspect.CO_VARKEYWORDS)
+    out: dict[str, V] = {}
+    if len(args) > nargs and not has_varargs:
+        raise Unsupported(f"{code.co_name}() takes {nargs} positional arguments but {len(args)} were given")
+    for name, v in zip(names[:nargs], args):
+        out[name] = v
+    kwargs = dict(kwargs)
+    for name in names[code.co_posonlyargcount:nargs + nkw]:
+        if name in kwargs:
+            out[name] = kwargs.pop(name)
+    first_default = nargs - len(defaults)
+    for i, name in enumerate(names[:nargs]):
+        if name not in out and i >= first_default:
+            out[name] = defaults[i - first_default]
+    for name in names[nargs:nargs + nkw]:
+        if name not in out and name in kwdefaults:
+            out[name] = kwdefaults[name]
+    missing = [n for n in names[:nargs + nkw] if n not in out]
+    if missing:
+        raise Unsupported(f"{code.co_name}() missing arguments {missing}")
+    pos = nargs + nkw
+    if has_varargs:
+        out[names[pos]] = TupleV(args[nargs:])
+        pos += 1
+    if has_varkw:
+        out[names[pos]] = DictV(kwargs)
+    elif kwargs:
+        raise Unsupported(f"{code.co_name}() got unexpected keyword arguments {list(kwargs)}")
+    return out
+
+
+def exit_mode(f, ex: ExitV) -> V:
+    from .contexts import restore
+
+    restore(f, ex)
+    return Const(None)
+
+

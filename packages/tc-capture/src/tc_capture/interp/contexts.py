@@ -1,0 +1,87 @@
+"""``with torch.no_grad()`` / ``enable_grad()`` / ``set_grad_enabled(b)`` / ``autocast(...)``.
+
+Mode changes are recorded as nodes (``torch._C._set_grad_enabled``, autocast enter/exit) so the
+graph runs each region under the right mode, and are applied for real while capturing so fake
+tensors propagate ``requires_grad`` and autocast dtypes correctly. The driver restores the modes
+when capture ends.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..variables import AutocastV, Const, ExitV, GradModeV, V
+from .frame import handler
+from .session import Unsupported
+
+_enter_autocast = torch.amp.autocast_mode._enter_autocast
+_exit_autocast = torch.amp.autocast_mode._exit_autocast
+
+CONTEXT_CLASSES = {torch.no_grad, torch.enable_grad, torch.set_grad_enabled, torch.autocast,
+                   torch.amp.autocast}
+
+
+def set_grad(f, enabled: bool) -> None:
+    s = f.session
+    s.graph.call(torch._C._set_grad_enabled, enabled, spec=None)
+    torch._C._set_grad_enabled(enabled)
+    s.grad_enabled = enabled
+
+
+def make_context(f, cls, args, kwargs) -> V:
+    from .pyops import realize_const
+
+    if cls is torch.no_grad:
+        return GradModeV(False)
+    if cls is torch.enable_grad:
+        return GradModeV(True)
+    if cls is torch.set_grad_enabled:
+        enabled = bool(realize_const(args[0] if args else kwargs["mode"]))
+        prev = f.session.grad_enabled
+        set_grad(f, enabled)
+        return GradModeV(enabled, applied=prev)
+    return AutocastV(tuple(realize_const(a) for a in args), {k: realize_const(v) for k, v in kwargs.items()})
+
+
+def enter(f, ctx: V) -> ExitV:
+    if isinstance(ctx, GradModeV):
+        if ctx.applied is None:
+            prev = f.session.grad_enabled
+            set_grad(f, ctx.enabled)
+        else:
+            prev = ctx.applied
+        return ExitV("grad", prev)
+    if isinstance(ctx, AutocastV):
+        args = _autocast_args(ctx)
+        node = f.session.graph.call(_enter_autocast, *args, spec=None)
+        real = _enter_autocast(*args)
+        f.session.autocast_stack.append(real)
+        return ExitV("autocast", node)
+    raise Unsupported(f"`with` on {type(ctx).__name__}")
+
+
+def _autocast_args(ctx: AutocastV) -> tuple:
+    import inspect
+
+    sig = inspect.signature(torch.amp.autocast.__init__)
+    bound = sig.bind(None, *ctx.args, **ctx.kwargs)
+    bound.apply_defaults()
+    a = bound.arguments
+    return (a["device_type"], a["dtype"], a["enabled"], a["cache_enabled"])
+
+
+def restore(f, ex: ExitV) -> None:
+    if ex.kind == "grad":
+        set_grad(f, ex.state)
+        return
+    f.session.graph.call(_exit_autocast, ex.state, spec=None)
+    _exit_autocast(f.session.autocast_stack.pop())
+
+
+@handler("BEFORE_WITH")
+def op_before_with(f, inst):
+    ctx = f.pop()
+    f.push(enter(f, ctx))
+    f.push(Const(None))
+
+

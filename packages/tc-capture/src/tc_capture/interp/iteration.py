@@ -1,0 +1,82 @@
+"""Iteration: every iterable becomes an :class:`IterV` over known items (loops are unrolled)."""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+
+from ..variables import Const, DictV, IterV, ListV, SetV, TensorV, TupleV, V
+from .frame import handler
+from .session import Unsupported
+
+_MODULE_SEQUENCES = (torch.nn.ModuleList, torch.nn.Sequential, torch.nn.ParameterList)
+
+
+def iterate(f, v: V) -> IterV:
+    if isinstance(v, IterV):
+        return v
+    if isinstance(v, (ListV, TupleV, SetV)):
+        return IterV(v.items)
+    if isinstance(v, DictV):
+        return IterV([Const(k) for k in v.items])
+    if isinstance(v, TensorV):
+        return _tensor_rows(f, v)
+    if isinstance(v, Const):
+        return _const_items(f, v)
+    raise Unsupported(f"iteration over {type(v).__name__}")
+
+
+def _tensor_rows(f, v: TensorV) -> IterV:
+    from .record import record
+
+    if v.fake.dim() == 0:
+        raise Unsupported("iteration over a 0-d tensor")
+    return IterV([record(f.session, operator.getitem, (v, Const(i)), {}) for i in range(v.fake.shape[0])])
+
+
+def _const_items(f, v: Const) -> IterV:
+    value, source, session = v.value, v.source, f.session
+    if isinstance(value, _MODULE_SEQUENCES) and source is not None:
+        session.guards.length(source, value)
+        return IterV([session.wrap(m, source.item(i, value)) for i, m in enumerate(value)])
+    if isinstance(value, torch.nn.ModuleDict):
+        if source is not None:
+            session.guards.keys(source._step(f"{source.expr}._modules", source.name, True), value._modules)
+        return IterV([Const(k) for k in value.keys()])
+    if isinstance(value, (range, str, bytes, tuple, list, frozenset, set, dict, torch.Size)):
+        if isinstance(value, (list, dict, set)) and source is not None:
+            raise Unsupported("iteration over a mutable container read from an object")
+        return IterV([Const(x) for x in value])
+    if type(value).__name__ in ("dict_keys", "dict_values", "dict_items", "odict_keys", "odict_values",
+                                "odict_items"):
+        return IterV([_const_or_tuple(x) for x in value])
+    raise Unsupported(f"iteration over {type(value).__name__}")
+
+
+def _const_or_tuple(x):
+    if isinstance(x, tuple):
+        return TupleV([_const_or_tuple(i) for i in x])
+    if isinstance(x, torch.Tensor):
+        raise Unsupported("iteration over tensors held by an untracked container")
+    return Const(x)
+
+
+@handler("GET_ITER")
+def op_get_iter(f, inst):
+    f.push(iterate(f, f.pop()))
+
+
+@handler("FOR_ITER")
+def op_for_iter(f, inst):
+    from ..bytecode.versions import for_iter_exit
+
+    it = f.stack[-1]
+    if not isinstance(it, IterV):
+        raise Unsupported(f"FOR_ITER on {type(it).__name__}")
+    if it.index < len(it.items):
+        it.index += 1
+        f.push(it.items[it.index - 1])
+    else:
+        f.pop()
+        f.ip = for_iter_exit(f.insts, f.index_of, inst)

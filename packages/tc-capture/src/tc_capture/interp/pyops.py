@@ -1,0 +1,142 @@
+"""Python operators on captured values: constant folding, tensor ops as nodes, list/tuple algebra."""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+
+from ..variables import Const, DictV, IterV, ListV, ObjV, SetV, TensorV, TupleV, V
+from .record import record
+from .session import Unsupported
+
+BINARY = {
+    "+": operator.add, "&": operator.and_, "//": operator.floordiv, "<<": operator.lshift,
+    "@": operator.matmul, "*": operator.mul, "%": operator.mod, "|": operator.or_, "**": operator.pow,
+    ">>": operator.rshift, "-": operator.sub, "/": operator.truediv, "^": operator.xor,
+    "+=": operator.iadd, "&=": operator.iand, "//=": operator.ifloordiv, "<<=": operator.ilshift,
+    "@=": operator.imatmul, "*=": operator.imul, "%=": operator.imod, "|=": operator.ior,
+    "**=": operator.ipow, ">>=": operator.irshift, "-=": operator.isub, "/=": operator.itruediv,
+    "^=": operator.ixor,
+}
+COMPARE = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt,
+           ">=": operator.ge}
+UNARY = {"UNARY_NEGATIVE": operator.neg, "UNARY_POSITIVE": operator.pos, "UNARY_INVERT": operator.invert}
+_INPLACE_TO_PLAIN = {BINARY[k]: BINARY[k[:-1]] for k in BINARY if k.endswith("=")}
+
+
+def fold(fn, *args: V) -> Const:
+    """Run ``fn`` on known Python values; an error becomes a break that Python then raises."""
+    try:
+        return Const(fn(*(a.value for a in args)))
+    except Exception as e:
+        raise Unsupported(f"{getattr(fn, '__name__', fn)} raised {type(e).__name__}: {e}") from e
+
+
+def binary(f, fn, a: V, b: V) -> V:
+    if isinstance(a, TensorV) or isinstance(b, TensorV):
+        return record(f.session, fn, (a, b), {})
+    if isinstance(a, Const) and isinstance(b, Const):
+        return fold(_INPLACE_TO_PLAIN.get(fn, fn) if _immutable(a.value) else fn, a, b)
+    return _sequence_op(f, fn, a, b)
+
+
+def _immutable(x) -> bool:
+    return isinstance(x, (int, float, complex, str, bytes, tuple, frozenset, type(None), torch.Size))
+
+
+def _sequence_op(f, fn, a: V, b: V) -> V:
+    if fn is operator.iadd and isinstance(a, ListV):
+        a.items.extend(items_of(f, b))
+        f.session.note_mutation(a)
+        return a
+    if fn in (operator.add, operator.iadd) and isinstance(a, (ListV, TupleV)) and isinstance(b, (ListV, TupleV, Const)):
+        items = a.items + tuple(items_of(f, b)) if isinstance(a, TupleV) else a.items + list(items_of(f, b))
+        return ListV(items) if isinstance(a, ListV) else TupleV(items)
+    if fn in (operator.add, operator.iadd) and isinstance(a, Const) and isinstance(a.value, (tuple, list)) \
+            and isinstance(b, (ListV, TupleV)):
+        items = [Const(x) for x in a.value] + list(b.items)
+        return ListV(items) if isinstance(a.value, list) else TupleV(items)
+    if fn in (operator.mul, operator.imul) and isinstance(a, (ListV, TupleV)) and isinstance(b, Const):
+        return type(a)(list(a.items) * b.value)
+    if fn in (operator.or_, operator.ior) and isinstance(a, DictV) and isinstance(b, DictV):
+        return DictV({**a.items, **b.items})
+    raise Unsupported(f"operator {getattr(fn, '__name__', fn)} on {type(a).__name__} and {type(b).__name__}")
+
+
+def compare(f, op: str, a: V, b: V) -> V:
+    fn = COMPARE[op]
+    if isinstance(a, TensorV) or isinstance(b, TensorV):
+        return record(f.session, fn, (a, b), {})
+    if isinstance(a, Const) and isinstance(b, Const):
+        return fold(fn, a, b)
+    if op in ("==", "!=") and type(a) is not type(b):
+        return Const(op == "!=")
+    return fold(fn, Const(realize_const(a)), Const(realize_const(b)))
+
+
+def identity(a: V, b: V) -> bool:
+    if isinstance(a, Const) and isinstance(b, Const):
+        return a.value is b.value
+    if isinstance(a, Const) or isinstance(b, Const):
+        return False  # a tracked value is never a known constant object
+    if isinstance(a, TensorV) and isinstance(b, TensorV):
+        return a.fake is b.fake
+    return a is b
+
+
+def contains(f, item: V, container: V) -> bool:
+    if isinstance(container, DictV):
+        return realize_const(item) in container.items
+    if isinstance(container, (ListV, TupleV, SetV)):
+        if isinstance(item, TensorV):
+            return any(identity(item, x) for x in container.items)
+        key = realize_const(item)
+        return any(isinstance(x, Const) and x.value == key for x in container.items)
+    if isinstance(container, Const):
+        if isinstance(container.value, torch.nn.Module):
+            return realize_const(item) in container.value
+        return realize_const(item) in container.value
+    raise Unsupported(f"`in` on {type(container).__name__}")
+
+
+def unary(f, fn, a: V) -> V:
+    if isinstance(a, TensorV):
+        return record(f.session, fn, (a,), {})
+    if isinstance(a, Const):
+        return fold(fn, a)
+    raise Unsupported(f"{fn.__name__} on {type(a).__name__}")
+
+
+def realize_const(v: V):
+    """The Python value of a value made only of constants (raises Unsupported otherwise)."""
+    if isinstance(v, Const):
+        return v.value
+    if isinstance(v, TupleV):
+        items = tuple(realize_const(x) for x in v.items)
+        return v.cls(*items) if hasattr(v.cls, "_fields") else (items if v.cls is tuple else v.cls(items))
+    if isinstance(v, ListV):
+        return [realize_const(x) for x in v.items]
+    if isinstance(v, DictV):
+        return {k: realize_const(x) for k, x in v.items.items()}
+    if isinstance(v, SetV):
+        return {realize_const(x) for x in v.items}
+    raise Unsupported(f"a {type(v).__name__} is used where a Python constant is needed")
+
+
+def items_of(f, v: V) -> list[V]:
+    """The items of an iterable value, in order (lists, tuples, dict keys, ranges, iterators...)."""
+    from .iteration import iterate
+
+    it = iterate(f, v)
+    items = it.items[it.index:]
+    it.index = len(it.items)
+    return list(items)
+
+
+def is_obj(v: V) -> bool:
+    return isinstance(v, ObjV)
+
+
+def iter_of(v: V) -> IterV:
+    return v if isinstance(v, IterV) else None

@@ -1,0 +1,157 @@
+"""One capture: the graph being built, fake tensors, guards, inputs and recorded side effects."""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import tc_ir
+
+from .. import sources as S
+from ..guards import GuardSet
+from ..variables import (NULL_V, Const, DictV, ExitV, IterV, ListV, TensorV, TupleV, V, BoundV)
+
+NULL = type("NULL", (), {"__repr__": lambda self: "NULL", "__slots__": ()})()
+UNBOUND = type("UNBOUND", (), {"__repr__": lambda self: "UNBOUND", "__slots__": ()})()
+
+_EQ_TYPES = (int, float, bool, str, bytes, complex, type(None), torch.dtype, torch.device,
+             torch.memory_format, torch.layout, type(Ellipsis), torch.Size)
+_ID_TYPES = (types.FunctionType, types.BuiltinFunctionType, types.ModuleType, type,
+             types.MethodDescriptorType, types.WrapperDescriptorType, types.BuiltinMethodType,
+             types.GetSetDescriptorType, types.MemberDescriptorType, staticmethod, classmethod,
+             property, types.CodeType, range)
+
+
+class Unsupported(Exception):
+    """Something the interpreter will not capture: becomes a graph break with this reason."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+        self.filename: str | None = None
+        self.lineno: int | None = None
+
+
+class ResumeIter:
+    """The runtime form of an iterator live at a graph break: the items and where we are."""
+
+    __slots__ = ("seq", "index")
+
+    def __init__(self, seq: list, index: int):
+        self.seq, self.index = seq, index
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.index >= len(self.seq):
+            raise StopIteration
+        self.index += 1
+        return self.seq[self.index - 1]
+
+
+class ModeExit:
+    """The runtime form of a ``with`` block's ``__exit__`` live at a graph break."""
+
+    __slots__ = ("kind", "state")
+
+    def __init__(self, kind: str, state: Any):
+        self.kind, self.state = kind, state
+
+    def __call__(self, *exc):
+        if self.kind == "grad":
+            torch._C._set_grad_enabled(self.state)
+        else:
+            torch.amp.autocast_mode._exit_autocast(self.state)
+        return False
+
+
+class Session:
+    def __init__(self, name: str, slot_names: list[str], fullgraph: bool):
+        self.graph = tc_ir.Graph(name)
+        self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+        self.guards = GuardSet(slot_names)
+        self.inputs: list[tuple[Any, S.Source, Any]] = []  # (node, source, example value)
+        self.by_source: dict[str, V] = {}
+        self.side_effects: list[tuple] = []  # ("setattr", obj V, name, value V) / ("global", ...) / ...
+        self.mutated: dict[int, V] = {}  # sourced containers changed in place
+        self.fullgraph = fullgraph
+        self.grad_enabled = torch.is_grad_enabled()
+        self.guards.grad_mode(self.grad_enabled)
+        self.top_globals: dict = {}
+        self.global_writes: dict = {}
+        self.attr_writes: dict = {}
+        self.autocast_stack: list = []
+
+    # ---- reading values from sources ---------------------------------------------------------
+    def wrap(self, value: Any, source: S.Source) -> V:
+        found = self.by_source.get(source.expr)
+        if found is None:
+            found = self.by_source[source.expr] = self._wrap(value, source)
+        return found
+
+    def _wrap(self, value: Any, source: S.Source) -> V:
+        g = self.guards
+        if value is NULL:
+            g.identity(source, NULL)
+            return NULL_V
+        if isinstance(value, torch.Tensor):
+            return self._tensor_input(value, source)
+        t = type(value)
+        if t in _EQ_TYPES or isinstance(value, (torch.dtype, torch.device)):
+            g.equals(source, value)
+            return Const(value, source)
+        if t is list:
+            return self._sequence(value, source, ListV)
+        if isinstance(value, tuple):
+            return self._sequence(value, source, TupleV)
+        if t is dict or t.__name__ == "OrderedDict":
+            g.type_is(source, value)
+            g.keys(source, value)
+            items = {k: self.wrap(v, source.item(k, value)) for k, v in value.items()}
+            return DictV(items, source, t)
+        if isinstance(value, ResumeIter):
+            g.type_is(source, value)
+            g.length(S.Source(source.expr + ".seq", source.name), value.seq)
+            g.add(source, f"{source.expr}.index == {value.index}", f"{g.readable(source)} at item {value.index}")
+            seq = S.Source(source.expr + ".seq", source.name + "_seq")
+            return IterV([self.wrap(v, seq.item(i, None)) for i, v in enumerate(value.seq)], value.index, source)
+        if isinstance(value, ModeExit):
+            g.type_is(source, value)
+            g.add(source, f"{source.expr}.state == {g.ref(value.state)}", f"{g.readable(source)} restores {value.state}")
+            return ExitV(value.kind, value.state, source)
+        if isinstance(value, types.MethodType):
+            g.type_is(source, value)
+            func = self.wrap(value.__func__, source.attr("__func__", value))
+            return BoundV(func, self.wrap(value.__self__, source.attr("__self__", value)), source)
+        if isinstance(value, _ID_TYPES) or callable(value) and not isinstance(value, torch.nn.Module) \
+                and not hasattr(value, "__dict__"):
+            g.identity(source, value)
+            return Const(value, source)
+        g.type_is(source, value)  # modules and user objects: attributes are guarded as they are read
+        return Const(value, source)
+
+    def _sequence(self, value, source: S.Source, kind):
+        self.guards.type_is(source, value)
+        self.guards.length(source, value)
+        items = [self.wrap(v, source.item(i, value)) for i, v in enumerate(value)]
+        if kind is TupleV:
+            return TupleV(items, source, type(value))
+        return ListV(items, source)
+
+    def _tensor_input(self, value: torch.Tensor, source: S.Source) -> TensorV:
+        self.guards.tensor(source, value)
+        fake = self.fake_mode.from_tensor(value, static_shapes=True)
+        node = self.graph.input(source.name, tc_ir.TensorSpec.from_tensor(value))
+        node.meta["source"] = source.expr
+        node.meta["type"] = type(value)
+        self.inputs.append((node, source, value))
+        return TensorV(node, fake, source)
+
+    # ---- side effects ---------------------------------------------------------------------------
+    def note_mutation(self, container: V) -> None:
+        if container.source is not None:
+            self.mutated[id(container)] = container

@@ -1,0 +1,28 @@
+"""Truth of a captured value, for ``if``/``while``/``and``/``or`` (tensors break: data-dependent)."""
+
+from __future__ import annotations
+
+from ..variables import (BoundV, Const, DictV, FuncV, IterV, ListV, MethodV, ObjV, SetV, TensorV,
+                         TupleV, V)
+from .session import Unsupported
+
+
+def truth(f, v: V) -> bool:
+    if isinstance(v, TensorV):
+        raise Unsupported("Python control flow on a tensor value (`if tensor:`, `while tensor:`) depends on data")
+    if isinstance(v, (ListV, TupleV, SetV)):
+        return bool(v.items)
+    if isinstance(v, DictV):
+        return bool(v.items)
+    if isinstance(v, (FuncV, BoundV, MethodV, IterV)):
+        return True
+    if isinstance(v, ObjV):
+        if any(hasattr(v.cls, n) for n in ("__bool__", "__len__")):
+            raise Unsupported(f"truth of a {v.cls.__name__} object")
+        return True
+    if isinstance(v, Const):
+        value = v.value
+        if v.source is not None and hasattr(type(value), "__len__") and not isinstance(value, (str, bytes)):
+            f.session.guards.length(v.source, value)
+        return bool(value)
+    raise Unsupported(f"truth of {type(v).__name__}")

@@ -1,0 +1,130 @@
+"""The guarded cache of compiled entries and the driver that runs a frame region by region.
+
+A frame is run as a chain: find the entry whose guards pass at the current resume offset
+(compiling one on a miss), run it; if it ended at a graph break, run that one instruction in
+Python (``concrete``) with the rebuilt frame state and continue at the next offset. Resume
+points past the recompile limit run in Python to the end of the frame.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+
+import tc_ir
+
+from .compile_region import Entry, build_entry, capture_region, count_args
+from .concrete import CFrame
+
+log_recompiles = tc_ir.logs.get_logger("recompiles")
+_tls = threading.local()
+ALL_CACHES: list = []
+
+
+def compiling_depth() -> int:
+    return getattr(_tls, "depth", 0)
+
+
+class _Compiling:
+    def __enter__(self):
+        _tls.depth = getattr(_tls, "depth", 0) + 1
+
+    def __exit__(self, *exc):
+        _tls.depth -= 1
+
+
+COMPILING = _Compiling()
+
+
+class FrameCache:
+    """All compiled entries of one function's frame, by resume offset."""
+
+    def __init__(self, fn, backend, fullgraph: bool, recompile_limit: int):
+        self.fn, self.code, self.globals = fn, fn.__code__, fn.__globals__
+        self.closure = fn.__closure__ or ()
+        self.nargs = count_args(self.code)
+        self.backend, self.fullgraph, self.limit = backend, fullgraph, recompile_limit
+        self.entries: dict[int, list[Entry]] = {}
+        self.lock = threading.RLock()
+        self.warned = False
+        self.listeners: list = []  # capture() records compiled entries through these
+        ALL_CACHES.append(self)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.entries = {}
+            self.warned = False
+
+    # ---- lookup and compile -------------------------------------------------------------------
+    def lookup(self, offset: int, F, C) -> Entry | None:
+        for entry in self.entries.get(offset, ()):
+            if entry.guard(F, C):
+                return entry
+        return None
+
+    def miss(self, offset: int, F, C) -> Entry | None:
+        with self.lock:
+            found = self.lookup(offset, F, C)
+            if found is not None:
+                return found
+            existing = self.entries.get(offset, [])
+            if len(existing) >= self.limit:
+                self._warn_limit()
+                return None
+            if existing:
+                self._log_recompile(existing, offset, F, C)
+            entry = self._compile(offset, F, C, len(existing))
+            self.entries[offset] = existing + [entry]
+            for listener in self.listeners:
+                listener(entry)
+            if not entry.guard(F, C):  # also fills the entry's module-state cache
+                reason = entry.why(F, C)
+                warnings.warn(f"tc_capture: fresh entry of {self.code.co_name} fails its own guard ({reason}); "
+                              "running this call in Python")
+                return None
+            return entry
+
+    def _compile(self, offset: int, F, C, n: int) -> Entry:
+        name = f"{self.code.co_name}_{offset}_{n}" if offset else f"{self.code.co_name}_{n}"
+        with COMPILING:
+            session, out, brk = capture_region(self.code, self.globals, F, C, offset, self.nargs, self.fullgraph, name)
+            return build_entry(self.code, session, out, brk, self.backend, name)
+
+    def _log_recompile(self, existing, offset, F, C) -> None:
+        if log_recompiles.isEnabledFor(10):
+            reasons = [e.why(F, C) for e in existing]
+            log_recompiles.debug("recompiling %s (%s:%s, offset %d): failed guard: %s", self.code.co_name,
+                                 self.code.co_filename, self.code.co_firstlineno, offset, reasons[-1])
+
+    def _warn_limit(self) -> None:
+        if not self.warned:
+            self.warned = True
+            warnings.warn(f"tc_capture: {self.code.co_name} ({self.code.co_filename}:{self.code.co_firstlineno}) "
+                          f"hit the recompile limit ({self.limit}); new cases run in Python", stacklevel=4)
+
+    # ---- running ------------------------------------------------------------------------------------
+    def call(self, F, args, kwargs):
+        C = self.closure
+        entry = self.lookup(0, F, C) or self.miss(0, F, C)
+        if entry is None:
+            return self.fn(*args, **kwargs)
+        with COMPILING:
+            out = entry.run(F, C)
+        if entry.break_ip is None:
+            return out
+        return self._continue(entry, out)
+
+    def _continue(self, entry: Entry, out):
+        while True:
+            locals_, stack, cells = out
+            frame = CFrame(self.code, self.globals, locals_, stack, cells, entry.break_ip)
+            if frame.step():
+                return frame.result
+            offset, F, C = frame.state()
+            entry = self.lookup(offset, F, C) or self.miss(offset, F, C)
+            if entry is None:
+                return frame.run()
+            with COMPILING:
+                out = entry.run(F, C)
+            if entry.break_ip is None:
+                return out
