@@ -86,3 +86,19 @@ def test_dependency_graph_is_a_dag_of_uses():
     g.output(b)
     dag = tc_ir.dependency_graph(g)
     assert set(dag.edges) == {(x, a), (x, b), (a, b)}
+
+
+def test_lift_held_makes_inputs_after_the_others():
+    g = Graph()
+    w = g.param("w", torch.nn.Parameter(torch.randn(8)))
+    x = g.input("x", SPEC)
+    k = g.constant("k", 3.0)  # not a tensor: stays held
+    b = g.constant("b", torch.randn(8))
+    g.output(g.call(aten.add.Tensor, g.call(aten.mul.Tensor, x, w), g.call(aten.mul.Tensor, b, k)))
+    lifted, values = tc_ir.lift_held(g)
+    lifted.verify()
+    assert [n.name for n in lifted.inputs] == ["x", "w_in", "b_in"]
+    assert [n.meta["held"] for n in lifted.inputs[1:]] == ["w", "b"]
+    assert values[0] is g.tensors["w"] and set(lifted.tensors) == {"k"}
+    t = torch.randn(8)
+    torch.testing.assert_close(tc_ir.interpret(lifted, [t, *values]), tc_ir.interpret(g, [t]))

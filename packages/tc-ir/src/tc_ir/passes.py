@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import networkx as nx
+import torch
 
 from .graph import Graph
 from .node import Node, map_structure
@@ -110,3 +111,27 @@ def extract(graph: Graph, nodes: Iterable[Node], name: str = "extracted") -> Gra
     new.meta["inputs_from"] = [n.name for n in new.inputs]
     new.meta["outputs_to"] = [n.name for n in escaping]
     return new
+
+
+def lift_held(graph: Graph) -> tuple[Graph, list[Any]]:
+    """Turn held tensors (``param``/``constant`` nodes) into inputs after the existing ones.
+
+    Returns the new graph and the held values, in the order of the new inputs, so a caller
+    runs it as ``fn(*inputs, *values)``. Lifted inputs carry ``meta["static"] = True`` (their
+    storage does not change between calls) and ``meta["held"]`` (the key they were held under).
+    """
+    graph = graph.copy()
+    held = [n for n in graph.nodes if n.op in ("param", "constant") and isinstance(graph.tensors[n.target], torch.Tensor)]
+    inputs = graph.inputs
+    after = graph.nodes.index(inputs[-1]) + 1 if inputs else 0
+    values = []
+    for node in held:
+        graph._insert_at = after
+        lifted = graph.input(node.name + "_in", node.spec)
+        graph._insert_at = None
+        after += 1
+        lifted.meta.update(static=True, held=node.target)
+        values.append(graph.tensors[node.target])
+        node.replace_all_uses_with(lifted)
+        graph.erase(node)
+    return graph, values

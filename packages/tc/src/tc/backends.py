@@ -62,29 +62,34 @@ def eager(graph: tc_ir.Graph, example_inputs: Sequence[Any], options: Options | 
 
 @register_backend("aot_eager")
 def aot_eager(graph: tc_ir.Graph, example_inputs: Sequence[Any], options: Options | None = None) -> Callable:
-    return tc_autograd.aot(graph, example_inputs, fw_compiler=interpreter, bw_compiler=interpreter)
+    return _aot(graph, example_inputs, interpreter, decompositions=None)
 
 
 @register_backend("inductor")
 def inductor(graph: tc_ir.Graph, example_inputs: Sequence[Any], options: Options | None = None) -> Callable:
-    options = options or Options()
-    compiler = _kernel_compiler(options, graph)
-    return tc_autograd.aot(
-        graph, example_inputs, fw_compiler=compiler, bw_compiler=compiler,
-        decompositions=tc_inductor.decompositions(),
-    )
+    compiler = _kernel_compiler(options or Options())
+    return _aot(graph, example_inputs, compiler, decompositions=tc_inductor.decompositions())
 
 
-def _kernel_compiler(options: Options, source: tc_ir.Graph) -> Callable:
-    static = {i for i, node in enumerate(source.inputs) if node.meta.get("static")}
+def _aot(graph: tc_ir.Graph, example_inputs: Sequence[Any], compiler: Callable, decompositions: Any) -> Callable:
+    # Tensors the graph holds (export, FX get_attr) become inputs, so autograd treats them like
+    # any parameter: traced symbolically, and differentiated when they require grad.
+    lifted, held = tc_ir.lift_held(graph)
+    compiled = tc_autograd.aot(lifted, [*example_inputs, *held], fw_compiler=compiler, bw_compiler=compiler,
+                               decompositions=decompositions)
+    return (lambda *inputs: compiled(*inputs, *held)) if held else compiled
 
+
+def _kernel_compiler(options: Options) -> Callable:
     def compile_kernels(graph: tc_ir.Graph, example_inputs: Sequence[Any]) -> Callable:
         compiled = tc_inductor.compile(graph, example_inputs, options=dict(options.inductor))
         on_gpu = any(isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs)
-        if options.cudagraphs and on_gpu:
-            static_here = [i for i, node in enumerate(graph.inputs) if node.meta.get("static") or i in static]
-            return tc_runtime.cudagraphify(compiled, example_inputs, static_input_indices=static_here)
-        return compiled
+        if not (options.cudagraphs and on_gpu):
+            return compiled
+        # Parameters (and the tensors lifted from the graph) keep their storage between calls.
+        static = [i for i, (t, node) in enumerate(zip(example_inputs, graph.inputs))
+                  if isinstance(t, torch.nn.Parameter) or node.meta.get("static")]
+        return tc_runtime.cudagraphify(compiled, example_inputs, static_input_indices=static)
 
     return compile_kernels
 
