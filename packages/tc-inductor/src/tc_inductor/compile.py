@@ -6,10 +6,12 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -106,16 +108,16 @@ def _generate(lowered: LoweredGraph, sched: Schedule, opts: Options, graph: tc_i
             continue
         kernel = build_kernel(step, sched.stored, dtypes, opts)
         backend = choose_backend(step.device, opts)
-        source = backend.generate(kernel, "kernel", opts)
+        source = backend.generate(kernel, "kernel", opts, step.device)
         if source not in by_source:
             name = f"k{len(by_source)}"
             by_source[source] = name
             kernels.append({"name": name, "backend": backend.name, "source": source,
-                            "meta": backend.metadata(kernel, opts)})
+                            "meta": backend.metadata(kernel, opts, step.device)})
             backend.start(kernels[-1], opts)  # compile in the background while we go on
         name = by_source[source]
         args = [n for n, _ in kernel.inputs] + [n for n, _ in kernel.outputs]
-        calls[step] = KernelCall(name, args, list(kernel.sizes), backend.launch(name, kernel, args, opts))
+        calls[step] = KernelCall(name, args, list(kernel.sizes), backend.launch(name, kernel, args, opts, step.device))
         stats["kernels"] += 1
         stats["fused_nodes"] += len(step.members) - 1
         stats["bytes_read"] += sum(_nbytes(lowered, n) for n, _ in kernel.inputs)
@@ -177,6 +179,10 @@ def _load(record: dict, graph: tc_ir.Graph, opts: Options) -> CompiledGraph:
     _load_builtin()
     backends = {e.name: e.backend for e in BACKENDS}
     env: dict[str, Any] = {"torch": torch, "_layout": _layout, "constants": {}}
+    if any(k["backend"] == "triton" for k in record["kernels"]):
+        import triton
+
+        env["triton"] = triton
     for k in record["kernels"]:
         backends[k["backend"]].start(k, opts)
     for k in record["kernels"]:
@@ -215,8 +221,18 @@ def _cache_key(graph: tc_ir.Graph, example_inputs: list, opts: Options) -> str |
         return None
     specs = [str(tc_ir.spec_of(x)) + (str(x.stride()) if isinstance(x, torch.Tensor) else repr(x))
              for x in example_inputs]
-    parts = [text, "|".join(specs), opts.cache_text(), VERSION, torch.__version__, _triton_version()]
+    parts = [text, "|".join(specs), opts.cache_text(), VERSION, _code_version(), torch.__version__, _triton_version()]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+
+
+@functools.cache
+def _code_version() -> str:
+    """A hash of this package's source, so a changed compiler never reuses stale graphs."""
+    root = Path(__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def _triton_version() -> str:

@@ -73,16 +73,26 @@ def find_decomposition(target: Any) -> Callable | None:
 
 
 class _Recorder(TorchDispatchMode):
-    def __init__(self, graph: tc_ir.Graph, nodes: dict[int, Any]):
+    def __init__(self, graph: tc_ir.Graph, nodes: dict[int, Any], device: torch.device):
         super().__init__()
-        self.graph, self.nodes = graph, nodes
+        self.graph, self.nodes, self.device = graph, nodes, device
 
     def _node_of(self, value: Any) -> Any:
         if isinstance(value, torch.Tensor):
             if id(value) not in self.nodes:
                 raise _Untraceable("a tensor from outside the decomposition")
             return self.nodes[id(value)][0]
+        if isinstance(value, torch.device) and value.type == "meta":
+            return self.device  # recorded calls run on the real device
         return value
+
+    def _spec(self, value: Any) -> Any:
+        spec = tc_ir.spec_of(value)
+        if isinstance(spec, tc_ir.TensorSpec):
+            return spec.with_(device=self.device)
+        if isinstance(spec, tuple):
+            return tuple(s.with_(device=self.device) if isinstance(s, tc_ir.TensorSpec) else s for s in spec)
+        return spec
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -90,7 +100,7 @@ class _Recorder(TorchDispatchMode):
             raise _Untraceable("data-dependent value")
         out = func(*args, **kwargs)
         node_args, node_kwargs = tree_map(self._node_of, (args, kwargs))
-        node = self.graph.call(func, *node_args, kwargs=node_kwargs, spec=tc_ir.spec_of(out))
+        node = self.graph.call(func, *node_args, kwargs=node_kwargs, spec=self._spec(out))
         if isinstance(out, torch.Tensor):
             self.nodes[id(out)] = (node, out)
         elif isinstance(out, (tuple, list)):
@@ -98,7 +108,7 @@ class _Recorder(TorchDispatchMode):
                 if isinstance(item, torch.Tensor):
                     import operator
 
-                    self.nodes[id(item)] = (self.graph.call(operator.getitem, node, i, spec=tc_ir.spec_of(item)), item)
+                    self.nodes[id(item)] = (self.graph.call(operator.getitem, node, i, spec=self._spec(item)), item)
         return out
 
 
@@ -106,11 +116,11 @@ class _Untraceable(Exception):
     pass
 
 
-def trace_decomposition(target: Any, args: tuple, kwargs: dict, arg_specs: dict) -> tc_ir.Graph | None:
+def trace_decomposition(target: Any, args: tuple, kwargs: dict, device: torch.device) -> tc_ir.Graph | None:
     """Record ``target``'s decomposition as a tc_ir graph whose inputs are the tensor args.
 
-    ``args``/``kwargs`` hold ``tc_ir.TensorSpec`` where the call has tensors (keys of
-    ``arg_specs`` are their positions in the flattened structure). Returns None when the
+    ``args``/``kwargs`` hold ``tc_ir.TensorSpec`` where the call has tensors, which live on
+    ``device``; the decomposition runs on meta tensors. Returns None when the
     decomposition cannot be recorded (data-dependent values, symbolic sizes...).
     """
     fn = find_decomposition(target)
@@ -131,7 +141,8 @@ def trace_decomposition(target: Any, args: tuple, kwargs: dict, arg_specs: dict)
 
     try:
         meta_args, meta_kwargs = tree_map(to_meta, (args, kwargs))
-        with _Recorder(graph, nodes) as recorder:
+        meta_kwargs = {k: (torch.device("meta") if k == "device" else v) for k, v in meta_kwargs.items()}
+        with _Recorder(graph, nodes, torch.device(device)) as recorder:
             out = fn(*meta_args, **meta_kwargs)
             graph.output(tree_map(recorder._node_of, out))
     except Exception:

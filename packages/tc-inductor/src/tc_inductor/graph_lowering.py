@@ -197,7 +197,8 @@ class GraphLowering:
         spec_args, spec_kwargs = tree_map(
             lambda v: TensorSpec(v.shape, v.dtype, v.device, _stride_of(v)) if isinstance(v, TensorValue) else v,
             (args, kwargs))
-        sub = trace_decomposition(target, spec_args, spec_kwargs, {})
+        device = tensors[0].device if tensors else _spec_device(node.spec)
+        sub = trace_decomposition(target, spec_args, spec_kwargs, device)
         if sub is None or any(n.target is target for n in sub.calls):
             return _NOT_DONE
         log.debug("decomposing %s into %d calls", target, len(sub.calls))
@@ -241,6 +242,11 @@ class GraphLowering:
 
 
 _NOT_DONE = object()
+
+
+def _spec_device(spec: Any) -> torch.device:
+    found = [s.device for s in tc_ir.leaves(spec) if isinstance(s, TensorSpec)]
+    return found[0] if found else torch.device("cpu")
 
 
 def _nameable(target: Any) -> bool:

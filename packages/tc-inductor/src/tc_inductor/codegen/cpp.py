@@ -342,10 +342,10 @@ def _nest(loops: list[str], body: list[str]) -> list[str]:
 class CppBackend:
     name = "cpp"
 
-    def generate(self, kernel: kir.Kernel, name: str, options: Any) -> str:
+    def generate(self, kernel: kir.Kernel, name: str, options: Any, device: Any) -> str:
         return PRELUDE + CppKernelWriter(kernel, name).generate()
 
-    def metadata(self, kernel: kir.Kernel, options: Any) -> dict:
+    def metadata(self, kernel: kir.Kernel, options: Any, device: Any) -> dict:
         return {"pointers": len(kernel.inputs) + len(kernel.outputs), "sizes": len(kernel.sizes)}
 
     def start(self, record: dict, options: Any) -> None:
@@ -361,7 +361,7 @@ class CppBackend:
         fn.argtypes = [ctypes.c_void_p] * meta["pointers"] + [ctypes.c_int64] * meta["sizes"]
         return fn
 
-    def launch(self, name: str, kernel: kir.Kernel, args: list[str], options: Any) -> str:
+    def launch(self, name: str, kernel: kir.Kernel, args: list[str], options: Any, device: Any) -> str:
         ptrs = [f"{a}.data_ptr()" for a in args]
         return f"{name}({', '.join(ptrs + list(kernel.sizes))})"
 

@@ -1,1 +1,465 @@
-from .registry import register_backend  # noqa: F401  (the Triton backend comes next)
+"""The Triton backend: CUDA tensors, and CPU tensors under the Triton interpreter (for tests).
+
+Pointwise kernels run one flat block of ``XBLOCK`` elements per program. Reduction kernels
+run ``XBLOCK`` rows per program: *persistent* (the whole row in one ``RBLOCK`` tile, so every
+stage reuses the loaded values) when rows are short, otherwise *looped* (one loop over the
+row per stage). One config is chosen by heuristics; ``max_autotune`` benchmarks several.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import math
+import os
+from typing import Any
+
+import sympy
+import torch
+
+from .. import kir
+from ..kir import Ops, UOp
+from .build import cache_dir
+from .common import Emitter, Scope, print_index
+from .registry import register_backend
+
+TL = {
+    torch.float32: "tl.float32", torch.float64: "tl.float64", torch.float16: "tl.float16",
+    torch.bfloat16: "tl.bfloat16", torch.int64: "tl.int64", torch.int32: "tl.int32", torch.int16: "tl.int16",
+    torch.int8: "tl.int8", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
+}
+PERSISTENT_MAX = 1024  # longest row a persistent reduction holds in one tile
+
+# unary ops: (expression on GPU, expression under the interpreter, which lacks libdevice)
+_UNARY = {
+    Ops.EXP: ("tl.exp({0})",) * 2, Ops.EXP2: ("tl.exp2({0})",) * 2, Ops.LOG: ("tl.log({0})",) * 2,
+    Ops.LOG2: ("tl.log2({0})",) * 2, Ops.SQRT: ("tl.sqrt({0})",) * 2, Ops.RSQRT: ("tl.rsqrt({0})",) * 2,
+    Ops.SIN: ("tl.sin({0})",) * 2, Ops.COS: ("tl.cos({0})",) * 2, Ops.ERF: ("tl.erf({0})",) * 2,
+    Ops.FLOOR: ("tl.floor({0})",) * 2, Ops.CEIL: ("tl.ceil({0})",) * 2, Ops.SIGMOID: ("tl.sigmoid({0})",) * 2,
+    Ops.EXPM1: ("libdevice.expm1({0})", "(tl.exp({0}) - 1)"),
+    Ops.LOG1P: ("libdevice.log1p({0})", "tl.log(1 + {0})"),
+    Ops.LOG10: ("libdevice.log10({0})", "(tl.log({0}) * 0.4342944819032518)"),
+    Ops.TAN: ("libdevice.tan({0})", "(tl.sin({0}) / tl.cos({0}))"),
+    Ops.TANH: ("libdevice.tanh({0})", "(2 * tl.sigmoid(2 * {0}) - 1)"),
+    Ops.SINH: ("libdevice.sinh({0})", "((tl.exp({0}) - tl.exp(-{0})) * 0.5)"),
+    Ops.COSH: ("libdevice.cosh({0})", "((tl.exp({0}) + tl.exp(-{0})) * 0.5)"),
+    Ops.ASINH: ("libdevice.asinh({0})", "tl.where({0} < 0, -tl.log(-{0} + tl.sqrt({0} * {0} + 1)), tl.log({0} + tl.sqrt({0} * {0} + 1)))"),
+    Ops.ACOSH: ("libdevice.acosh({0})", "tl.log({0} + tl.sqrt({0} * {0} - 1))"),
+    Ops.ATANH: ("libdevice.atanh({0})", "(0.5 * tl.log((1 + {0}) / (1 - {0})))"),
+    Ops.ERFC: ("libdevice.erfc({0})", "(1 - tl.erf({0}))"),
+    Ops.TRUNC: ("libdevice.trunc({0})", "tl.where({0} < 0, tl.ceil({0}), tl.floor({0}))"),
+    Ops.ROUND: ("libdevice.nearbyint({0})", None), Ops.ASIN: ("libdevice.asin({0})", None),
+    Ops.ACOS: ("libdevice.acos({0})", None), Ops.ATAN: ("libdevice.atan({0})", None),
+    Ops.ERFINV: ("libdevice.erfinv({0})", None), Ops.LGAMMA: ("libdevice.lgamma({0})", None),
+}
+_BINARY = {
+    Ops.ADD: "{0} + {1}", Ops.SUB: "{0} - {1}", Ops.MUL: "{0} * {1}", Ops.TRUEDIV: "{0} / {1}",
+    Ops.AND: "{0} & {1}", Ops.OR: "{0} | {1}", Ops.XOR: "{0} ^ {1}", Ops.BITAND: "{0} & {1}",
+    Ops.BITOR: "{0} | {1}", Ops.BITXOR: "{0} ^ {1}", Ops.LSHIFT: "{0} << {1}", Ops.RSHIFT: "{0} >> {1}",
+    Ops.LT: "{0} < {1}", Ops.LE: "{0} <= {1}", Ops.GT: "{0} > {1}", Ops.GE: "{0} >= {1}", Ops.EQ: "{0} == {1}",
+    Ops.NE: "{0} != {1}",
+}
+
+
+class TritonUnsupported(NotImplementedError):
+    pass
+
+
+def _lit(value: Any, dtype: torch.dtype) -> str:
+    if dtype == torch.bool:
+        return "1" if value else "0"
+    if dtype.is_floating_point:
+        return f'float("{value}")' if not math.isfinite(value) else repr(float(value))
+    return str(int(value))
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+class TritonKernelWriter:
+    def __init__(self, kernel: kir.Kernel, name: str, interpret: bool):
+        self.kernel, self.name, self.interpret = kernel, name, interpret
+        self.params = {n: f"in_ptr{i}" for i, (n, _) in enumerate(kernel.inputs)}
+        self.params.update({n: f"out_ptr{i}" for i, (n, _) in enumerate(kernel.outputs)})
+        self.dtypes = dict(kernel.inputs) | dict(kernel.outputs)
+        self.emitter = Emitter(self.render, lambda u, var, text: f"{var} = {text}", self.masked)
+        self.persistent = kernel.is_reduction and _static_numel(kernel.rranges) is not None \
+            and _static_numel(kernel.rranges) <= PERSISTENT_MAX
+
+    def index(self, expr: sympy.Expr, args: list) -> str:
+        return print_index(expr, dict(zip(kir.indirect_names(expr), args)), "//")
+
+    def mask_of(self, scope: Scope, base: str) -> str:
+        masks, s = [], scope
+        while s is not None:
+            if s.mask:
+                masks.append(s.mask)
+            s = s.parent
+        return " & ".join([base] + masks)
+
+    def render(self, u: UOp, args: list, scope: Scope) -> str:
+        op = u.op
+        if op is Ops.LOAD:
+            buf, expr = u.arg
+            text = f"tl.load({self.params[buf]} + ({self.index(expr, args)}), {self.mask_of(scope, self.base_mask)}, other=0)"
+            if self.dtypes[buf] in kir.LOW_PRECISION:
+                text += ".to(tl.float32)"
+            return text
+        if op is Ops.CONST:
+            return f"tl.full([1], {_lit(u.arg, u.dtype)}, {TL[u.dtype]})"
+        if op is Ops.INDEX:
+            return f"(tl.zeros([1], tl.int64) + {self.index(u.arg, args)})"
+        if op is Ops.REDUCED:
+            return u.arg
+        if op is Ops.CAST:
+            return f"({args[0]} != 0)" if u.dtype == torch.bool else f"{args[0]}.to({TL[u.dtype]})"
+        if op is Ops.WHERE:
+            return f"tl.where({args[0]}, {args[1]}, {args[2]})"
+        return self.math(u, args)
+
+    def math(self, u: UOp, args: list) -> str:
+        op, src = u.op, u.src[0].dtype
+        is_float, t = src.is_floating_point, TL[u.dtype]
+        a = args[0]
+        if op is Ops.NEG:
+            return f"-{a}"
+        if op is Ops.ABS:
+            return f"tl.abs({a})" if u.dtype != torch.bool else a
+        if op is Ops.RECIPROCAL:
+            return f"1 / {a}"
+        if op is Ops.SIGN:
+            return f"(({a} > 0).to({t}) - ({a} < 0).to({t}))" if u.dtype != torch.bool else a
+        if op is Ops.SIGNBIT:
+            return f"(({a} < 0) | ((1 / {a}) < 0))" if is_float else f"({a} < 0)"
+        if op is Ops.ISNAN:
+            return f"({a} != {a})"
+        if op is Ops.ISINF:
+            return f"(tl.abs({a}) == float('inf'))" if is_float else f"({a} != {a})"
+        if op is Ops.NOT:
+            return f"({a} == 0)"
+        if op is Ops.BITNOT:
+            return f"~{a}"
+        if op in _UNARY:
+            gpu, interp = _UNARY[op]
+            text = interp if self.interpret else gpu
+            if text is None:
+                raise TritonUnsupported(f"{op.name} under the Triton interpreter (no libdevice)")
+            return text.format(a)
+        b = args[1]
+        if u.src[0].dtype == torch.bool and op in (Ops.ADD, Ops.MUL, Ops.MAX, Ops.MIN):
+            return f"{a} | {b}" if op in (Ops.ADD, Ops.MAX) else f"{a} & {b}"
+        if op in (Ops.MAX, Ops.MIN):
+            fn = "tl.maximum" if op is Ops.MAX else "tl.minimum"
+            return f"{fn}({a}, {b}, propagate_nan=tl.PropagateNan.ALL)" if is_float else f"{fn}({a}, {b})"
+        if op is Ops.FLOORDIV:
+            if is_float:
+                return f"tl.floor({a} / {b})"
+            return f"tl.where((({a} % {b}) != 0) & (({a} < 0) != ({b} < 0)), {a} // {b} - 1, {a} // {b})"
+        if op is Ops.TRUNCDIV:
+            return f"{a} // {b}" if not is_float else self.math(UOp(Ops.TRUNC, u.dtype, (u,)), [f"({a} / {b})"])
+        if op is Ops.MOD:
+            return f"tl.where((({a} % {b}) != 0) & ((({a} % {b}) < 0) != ({b} < 0)), ({a} % {b}) + {b}, {a} % {b})"
+        if op is Ops.FMOD:
+            return f"{a} % {b}"
+        if op is Ops.POW:
+            if self.interpret:
+                if not is_float:
+                    raise TritonUnsupported("integer pow under the interpreter")
+                return (f"tl.where({b} == 0, 1.0, tl.where({a} == 0, tl.where({b} > 0, 0.0, float('inf')), "
+                        f"tl.exp2({b} * tl.log2(tl.abs({a}))) * tl.where(({a} < 0) & (({b} % 2) != 0), -1.0, 1.0)))"
+                        f".to({t})")
+            if not is_float:
+                return f"libdevice.pow({a}.to(tl.float64), {b}.to(tl.float64)).to({t})"
+            return f"libdevice.pow({a}, {b})"
+        if op is Ops.HYPOT:
+            return f"tl.sqrt({a} * {a} + {b} * {b})"
+        if op is Ops.COPYSIGN:
+            return f"tl.where(({b} < 0) | ((1 / {b}) < 0), -tl.abs({a}), tl.abs({a}))"
+        if op is Ops.ATAN2 or op is Ops.NEXTAFTER:
+            if self.interpret:
+                raise TritonUnsupported(f"{op.name} under the Triton interpreter (no libdevice)")
+            return f"libdevice.{op.name.lower()}({a}, {b})"
+        if op in _BINARY:
+            return "(" + _BINARY[op].format(a, b) + ")"
+        raise TritonUnsupported(f"Triton backend cannot print {op}")
+
+    def masked(self, emitter: Emitter, u: UOp, scope: Scope, lines: list) -> str:
+        mask = emitter.value(u.src[0], scope, lines)
+        other = emitter.value(u.src[2], scope, lines)
+        body = emitter.value(u.src[1], Scope(scope, mask), lines)
+        var = emitter.new_var()
+        lines.append(f"{var} = tl.where({mask}, {body}, {other})")
+        return var
+
+    # ---- kernel text -----------------------------------------------------------------------------
+    def _split(self, flat: str, prefix: str, sizes: tuple) -> list[str]:
+        lines, n = [], len(sizes)
+        for i, size in enumerate(sizes):
+            inner = math.prod(sizes[i + 1:]) if _static_numel(sizes[i + 1:]) is not None else \
+                sympy.Mul(*sizes[i + 1:])
+            expr = flat if inner == 1 else f"({flat} // {print_index(sympy.sympify(inner), {}, '//')})"
+            if i > 0:
+                expr = f"({expr} % {print_index(sympy.sympify(size), {}, '//')})"
+            lines.append(f"{prefix}{i} = {expr}")
+        return lines if n else []
+
+    def store(self, s: kir.Store, scope: Scope, lines: list, mask: str, shape: str) -> None:
+        v = self.emitter.value(s.value, scope, lines)
+        if s.dtype in kir.LOW_PRECISION or s.value.dtype != s.dtype:
+            v = f"{v}.to({TL[s.dtype]})"
+        lines.append(f"tl.store({self.params[s.buffer]} + ({self.index(s.index, [])}), "
+                     f"tl.broadcast_to({v}, {shape}), {mask})")
+
+    def signature(self) -> list[str]:
+        k = self.kernel
+        args = [self.params[n] for n, _ in k.inputs] + [self.params[n] for n, _ in k.outputs] + list(k.sizes)
+        args += ["xnumel"] + (["rnumel"] if k.is_reduction else [])
+        args += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if k.is_reduction else [])
+        return args
+
+    def generate(self) -> str:
+        body = self.reduction_body() if self.kernel.is_reduction else self.pointwise_body()
+        head = f"def {self.name}({', '.join(self.signature())}):"
+        return head + "\n" + "\n".join("    " + line for line in body) + "\n"
+
+    def pointwise_body(self) -> list[str]:
+        self.base_mask = "xmask"
+        lines = ["xoffset = tl.program_id(0).to(tl.int64) * XBLOCK",
+                 "xindex = xoffset + tl.arange(0, XBLOCK)", "xmask = xindex < xnumel"]
+        lines += self._split("xindex", "x", self.kernel.xranges)
+        scope = Scope()
+        for stage in self.kernel.stages:
+            for s in stage.inner + stage.outer:
+                self.store(s, scope, lines, "xmask", "[XBLOCK]")
+        return lines
+
+    def reduction_body(self) -> list[str]:
+        k = self.kernel
+        lines = ["xoffset = tl.program_id(0).to(tl.int64) * XBLOCK",
+                 "xindex = xoffset + tl.arange(0, XBLOCK)[:, None]", "xmask = xindex < xnumel",
+                 "rbase = tl.arange(0, RBLOCK)[None, :].to(tl.int64)"]
+        lines += self._split("xindex", "x", k.xranges)
+        if self.persistent:
+            lines += ["rindex = rbase", "rmask = rindex < rnumel"] + self._split("rindex", "r", k.rranges)
+        shared = Scope()
+        for stage in k.stages:
+            lines += self.stage(stage, shared)
+        return lines
+
+    def stage(self, stage: kir.Stage, shared: Scope) -> list[str]:
+        k = self.kernel
+        self.base_mask = "xmask & rmask"
+        out: list[str] = []
+        reductions = [s for s in stage.inner if isinstance(s, kir.Reduce)]
+        if stage.inner:
+            if self.persistent:
+                body, scope = out, shared
+            else:
+                for s in reductions:
+                    out += self.accumulator(s)
+                out.append("for roffset in range(0, rnumel, RBLOCK):")
+                body, scope = [], Scope()
+                body += ["rindex = roffset + rbase", "rmask = rindex < rnumel"] + self._split("rindex", "r", k.rranges)
+            for s in stage.inner:
+                if isinstance(s, kir.Store):
+                    self.store(s, scope, body, "xmask & rmask", "[XBLOCK, RBLOCK]")
+                else:
+                    v = self.emitter.value(s.value, scope, body)
+                    if self.persistent:
+                        out += self.accumulator(s)
+                    body += self.accumulate(s, v)
+            if not self.persistent:
+                out += ["    " + line for line in body]
+        for s in reductions:
+            out += self.finish(s)
+        self.base_mask = "xmask"
+        for s in stage.outer:
+            self.store(s, shared if self.persistent else Scope(), out, "xmask", "[XBLOCK, 1]")
+        return out
+
+    def _init(self, s: kir.Reduce) -> str:
+        dt = s.value.dtype if s.reduction_type.startswith("arg") else s.dtype
+        lowest = "float('-inf')" if dt.is_floating_point else str(torch.iinfo(dt).min if dt != torch.bool else 0)
+        highest = "float('inf')" if dt.is_floating_point else str(torch.iinfo(dt).max if dt != torch.bool else 1)
+        return {"sum": "0", "prod": "1", "max": lowest, "min": highest, "any": "0", "all": "1",
+                "argmax": lowest, "argmin": highest}[s.reduction_type]
+
+    def accumulator(self, s: kir.Reduce) -> list[str]:
+        dt = s.value.dtype if s.reduction_type.startswith("arg") else s.dtype
+        lines = [f"acc_{s.name} = tl.full([XBLOCK, RBLOCK], {self._init(s)}, {TL[dt]})"]
+        if s.reduction_type.startswith("arg"):
+            lines.append(f"idx_{s.name} = tl.full([XBLOCK, RBLOCK], {2**62}, tl.int64)")
+        return lines
+
+    def accumulate(self, s: kir.Reduce, v: str) -> list[str]:
+        acc, rt = f"acc_{s.name}", s.reduction_type
+        val = f"tl.where(xmask & rmask, tl.broadcast_to({v}, [XBLOCK, RBLOCK]), {self._init(s)})"
+        if rt in ("argmax", "argmin"):
+            cmp = ">" if rt == "argmax" else "<"
+            return [f"val_{s.name} = {val}",
+                    f"take_{s.name} = (val_{s.name} {cmp} {acc}) | ((val_{s.name} == {acc}) & (rindex < idx_{s.name}))",
+                    f"{acc} = tl.where(take_{s.name}, val_{s.name}, {acc})",
+                    f"idx_{s.name} = tl.where(take_{s.name}, rindex, idx_{s.name})"]
+        if s.dtype == torch.bool:
+            op = "|" if rt in ("sum", "max", "any") else "&"
+            return [f"{acc} = {acc} {op} ({val} != 0)"]
+        combine = {"sum": f"{acc} + {val}", "prod": f"{acc} * {val}",
+                   "max": f"tl.maximum({acc}, {val})", "min": f"tl.minimum({acc}, {val})",
+                   "any": f"{acc} | ({val} != 0)", "all": f"{acc} & ({val} != 0)"}[rt]
+        return [f"{acc} = {combine}"]
+
+    def finish(self, s: kir.Reduce) -> list[str]:
+        acc, rt, name = f"acc_{s.name}", s.reduction_type, s.name
+        if rt in ("argmax", "argmin"):
+            best = "tl.max" if rt == "argmax" else "tl.min"
+            return [f"best_{name} = {best}({acc}, 1)[:, None]",
+                    f"{name} = tl.min(tl.where({acc} == best_{name}, idx_{name}, {2**62}), 1)[:, None]"]
+        if s.dtype == torch.bool or rt in ("any", "all"):
+            red = "tl.max" if rt in ("sum", "max", "any") else "tl.min"
+            return [f"{name} = {red}({acc}.to(tl.int32), 1)[:, None] != 0"]
+        red = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min", "prod": "_tc_prod"}[rt]
+        if rt == "prod":
+            return [f"{name} = tl.reduce({acc}, 1, _tc_mul)[:, None]"]
+        return [f"{name} = {red}({acc}, 1)[:, None]"]
+
+
+HEADER = '''import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+
+@triton.jit
+def _tc_mul(a, b):
+    return a * b
+
+
+'''
+
+
+def _static_numel(sizes: tuple) -> int | None:
+    return math.prod(sizes) if all(isinstance(s, int) for s in sizes) else None
+
+
+def heuristic_config(kernel: kir.Kernel, interpret: bool) -> dict:
+    """One block-size config per kernel (max_autotune tries several instead)."""
+    xnumel = _static_numel(kernel.xranges) or (1 << 20)
+    if not kernel.is_reduction:
+        block = min(next_pow2(xnumel), 4096 if interpret else 1024)
+        return {"XBLOCK": max(block, 16), "num_warps": 4 if block >= 512 else 2}
+    rnumel = _static_numel(kernel.rranges) or (1 << 20)
+    if rnumel <= PERSISTENT_MAX:
+        rblock = max(next_pow2(rnumel), 2)
+        budget = (1 << 15) if interpret else 4096
+        xblock = max(1, min(next_pow2(xnumel), budget // rblock, 64 if not interpret else 1 << 12))
+        return {"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": 8 if rblock >= 512 else 4}
+    return {"XBLOCK": 1, "RBLOCK": 2048 if interpret else 1024, "num_warps": 8}
+
+
+def autotune_configs(kernel: kir.Kernel) -> list[dict]:
+    if not kernel.is_reduction:
+        return [{"XBLOCK": b, "num_warps": w} for b in (256, 512, 1024, 2048) for w in (4, 8)]
+    base = heuristic_config(kernel, False)
+    rblock = base["RBLOCK"]
+    configs = [base]
+    for xblock in (1, 2, 4, 8, 16, 32):
+        for warps in (2, 4, 8, 16):
+            if xblock * rblock <= 16384 and (xblock, warps) != (base["XBLOCK"], base["num_warps"]):
+                configs.append({"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": warps})
+    return configs
+
+
+class TritonBackend:
+    name = "triton"
+
+    def generate(self, kernel: kir.Kernel, name: str, options: Any, device: Any) -> str:
+        interpret = _interpreting(device)
+        writer = TritonKernelWriter(kernel, name, interpret)
+        text = writer.generate()
+        if options.get("max_autotune") and not interpret:
+            configs = ", ".join(
+                f"triton.Config({ {k: v for k, v in c.items() if k != 'num_warps'} }, num_warps={c['num_warps']})"
+                for c in autotune_configs(kernel))
+            deco = f"@triton.autotune(configs=[{configs}], key=['xnumel'])\n@triton.jit\n"
+        else:
+            deco = "@triton.jit\n"
+        return HEADER + deco + text
+
+    def metadata(self, kernel: kir.Kernel, options: Any, device: Any) -> dict:
+        interpret = _interpreting(device)
+        return {"config": heuristic_config(kernel, interpret),
+                "autotune": bool(options.get("max_autotune")) and not interpret, "interpret": interpret}
+
+    def start(self, record: dict, options: Any) -> None:
+        pass  # Triton compiles on first launch (per device and signature)
+
+    def load(self, record: dict, options: Any):
+        key = hashlib.sha256(record["source"].encode()).hexdigest()[:24]
+        path = cache_dir() / "triton" / f"tc_{key}.py"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(record["source"])
+            tmp.replace(path)
+        return _import_kernel(path, record["meta"]["interpret"])
+
+    def launch(self, name: str, kernel: kir.Kernel, args: list[str], options: Any, device: Any) -> str:
+        xnumel = print_index(sympy.sympify(sympy.Mul(*kernel.xranges)), {}, "//") if kernel.xranges else "1"
+        rnumel = print_index(sympy.sympify(sympy.Mul(*kernel.rranges)), {}, "//") if kernel.rranges else None
+        if _static_numel(kernel.xranges) == 0:
+            return "pass  # empty kernel"
+        call_args = args + list(kernel.sizes) + [xnumel] + ([rnumel] if rnumel else [])
+        meta = self.metadata(kernel, options, device)
+        if meta["autotune"]:
+            grid = f"lambda meta: (triton.cdiv({xnumel}, meta['XBLOCK']),)"
+            return f"{name}[{grid}]({', '.join(call_args)})"
+        config = meta["config"]
+        consts = ", ".join(f"{k}={v}" for k, v in config.items())
+        return f"{name}[(triton.cdiv({xnumel}, {config['XBLOCK']}),)]({', '.join(call_args)}, {consts})"
+
+
+_modules: dict[str, Any] = {}
+
+
+def _check_interpreter() -> None:
+    import triton.language.standard as standard
+    from triton.runtime.interpreter import InterpretedFunction
+
+    if not isinstance(standard.max, InterpretedFunction):
+        raise RuntimeError(
+            "tc_inductor: Triton kernels on CPU tensors need the Triton interpreter; set TRITON_INTERPRET=1 "
+            "in the environment before triton is imported (or use the C++ backend on CPU tensors)")
+
+
+def _import_kernel(path, interpret: bool):
+    if interpret:
+        _check_interpreter()
+    key = str(path)
+    if key not in _modules:
+        saved = os.environ.get("TRITON_INTERPRET")
+        if interpret:
+            os.environ["TRITON_INTERPRET"] = "1"  # read when @triton.jit decorates the kernel
+        try:
+            spec = importlib.util.spec_from_file_location(path.stem, path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        finally:
+            if saved is None:
+                os.environ.pop("TRITON_INTERPRET", None)
+            else:
+                os.environ["TRITON_INTERPRET"] = saved
+        _modules[key] = module
+    return _modules[key].kernel
+
+
+def _interpreting(device: Any) -> bool:
+    """CPU tensors can only run Triton kernels under the interpreter."""
+    return torch.device(device).type != "cuda"
+
+
+def _applies(device: Any, options: Any) -> bool:
+    device = torch.device(device)
+    return device.type == "cuda" or (device.type == "cpu" and options.get("backend") == "triton")
+
+
+register_backend("triton", _applies, TritonBackend())
