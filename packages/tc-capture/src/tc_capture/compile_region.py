@@ -52,6 +52,7 @@ class Entry:
     runner_source: str
     break_ip: int | None  # instruction index to run in Python after the runner, None if final
     breaks: list[Break] = field(default_factory=list)
+    kw_names: tuple = ()  # a KW_NAMES that ran just before the break instruction
 
 
 def frame_names(code, offset: int, stack_depth: int) -> list[str]:
@@ -108,7 +109,7 @@ def capture_region(code, globals_, F, C, offset: int, nargs: int, fullgraph: boo
     raise RuntimeError("tc_capture: capture did not settle")
 
 
-def build_entry(code, session: Session, out, brk: Break | None, backend, name: str) -> Entry:
+def build_entry(code, globals_, session: Session, out, brk: Break | None, backend, name: str) -> Entry:
     graph = session.graph
     gated = [(n, s, v) for n, s, v in session.inputs if s.gated]
     plain = [(n, s, v) for n, s, v in session.inputs if not s.gated]
@@ -124,17 +125,18 @@ def build_entry(code, session: Session, out, brk: Break | None, backend, name: s
                           for n in code.co_freevars + code.co_cellvars)
         rb.side_effects(session)
         result, break_ip = f"([{locals_}], [{stack}], [{cells}])", out.ip
+        kw_names = frame.kw_names
     else:
         rb.side_effects(session)
-        result, break_ip = rb.expr(out), None
+        result, break_ip, kw_names = rb.expr(out), None, ()
     graph.output(tuple(rb.outputs))
-    guard, why, guard_src, ms, root_key = compile_guards(session.guards, [s.expr for _, s, _ in gated])
+    guard, why, guard_src, ms, root_key = compile_guards(session.guards, [s.expr for _, s, _ in gated], globals_)
     compiled = None
     if graph.calls:
         compiled = backend(graph, [v for _, _, v in plain + gated])
         _log_graph(graph)
     scope = {n: o for n, o in session.guards.objects.values()}
-    scope["MS"] = ms
+    scope["MS"], scope["G"] = ms, globals_
     run, run_src = generate_runner(name, [s.expr for _, s, _ in plain], bool(gated), root_key, compiled,
                                    rb.lines, result, scope)
     if log_guards.isEnabledFor(10):
@@ -142,7 +144,7 @@ def build_entry(code, session: Session, out, brk: Break | None, backend, name: s
     if brk is not None:
         log_breaks.debug("graph break in %s at %s:%s: %s", code.co_name, brk.filename, brk.lineno, brk.reason)
     return Entry(guard, why, run, graph if graph.calls else None, session.guards.descriptions(), guard_src,
-                 run_src, break_ip, [brk] if brk else [])
+                 run_src, break_ip, [brk] if brk else [], kw_names)
 
 
 def _log_graph(graph: tc_ir.Graph) -> None:

@@ -113,7 +113,7 @@ def _body(guards: list[Guard], fail: str) -> list[str]:
     return lines
 
 
-def compile_guards(gs: GuardSet, param_exprs: list[str]) -> tuple:
+def compile_guards(gs: GuardSet, param_exprs: list[str], globals_: dict) -> tuple:
     """Generate ``guard(F, C) -> bool``, a diagnosis ``why(F, C) -> str|None`` and the source.
 
     ``param_exprs`` read the module-owned tensor inputs; the gated check caches them per root
@@ -122,7 +122,7 @@ def compile_guards(gs: GuardSet, param_exprs: list[str]) -> tuple:
     """
     ms: dict = {}
     scope = {name: obj for name, obj in gs.objects.values()}
-    scope.update(MS=ms, EPOCH=module_state.EPOCH)
+    scope.update(MS=ms, EPOCH=module_state.EPOCH, G=globals_)
     root_key = _root_key(gs)
     src = ["def guard(F, C):", "  try:"]
     src += ["  " + line for line in _body(gs.fast, "False")]

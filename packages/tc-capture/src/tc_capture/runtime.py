@@ -88,7 +88,7 @@ class FrameCache:
         name = f"{self.code.co_name}_{offset}_{n}" if offset else f"{self.code.co_name}_{n}"
         with COMPILING:
             session, out, brk = capture_region(self.code, self.globals, F, C, offset, self.nargs, self.fullgraph, name)
-            return build_entry(self.code, session, out, brk, self.backend, name)
+            return build_entry(self.code, self.globals, session, out, brk, self.backend, name)
 
     def _log_recompile(self, existing, offset, F, C) -> None:
         if log_recompiles.isEnabledFor(10):
@@ -118,6 +118,7 @@ class FrameCache:
         while True:
             locals_, stack, cells = out
             frame = CFrame(self.code, self.globals, locals_, stack, cells, entry.break_ip)
+            frame.kw_names = entry.kw_names
             if frame.step():
                 return frame.result
             offset, F, C = frame.state()

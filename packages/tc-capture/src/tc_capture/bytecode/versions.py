@@ -60,7 +60,7 @@ class Inst:
     push_null: bool = False  # LOAD_GLOBAL: push NULL before the global
 
 
-def _normalize(ins: dis.Instruction, lineno: int) -> Inst:
+def _normalize(ins: dis.Instruction, lineno: int, code: CodeType) -> Inst:
     name = _RENAMES.get(ins.opname, ins.opname)
     arg, argval, method, push_null = ins.arg, ins.argval, False, False
     target = ins.argval if ins.opcode in dis.hasjabs or ins.opcode in dis.hasjrel else None
@@ -77,6 +77,8 @@ def _normalize(ins: dis.Instruction, lineno: int) -> Inst:
     elif ins.opname == "CALL_INTRINSIC_1":
         name = {INTRINSIC_LIST_TO_TUPLE: "LIST_TO_TUPLE", INTRINSIC_UNARY_POSITIVE: "UNARY_POSITIVE"}.get(
             arg, "CALL_INTRINSIC_1")
+    elif ins.opname == "KW_NAMES":  # some 3.11 releases leave argval unresolved
+        argval = code.co_consts[arg]
     elif ins.opname == "LOAD_SUPER_ATTR":
         method = bool(arg & 1)
     return Inst(name, arg, argval, ins.offset, lineno, target, method, push_null)
@@ -94,7 +96,7 @@ def decode(code: CodeType) -> tuple[tuple[Inst, ...], dict[int, int]]:
             lineno = pos.lineno
         elif ins.starts_line:
             lineno = ins.starts_line
-        out.append(_normalize(ins, lineno))
+        out.append(_normalize(ins, lineno, code))
     return tuple(out), {ins.offset: i for i, ins in enumerate(out)}
 
 

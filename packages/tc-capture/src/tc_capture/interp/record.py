@@ -61,6 +61,9 @@ def record(session: Session, target: Any, args: tuple, kwargs: dict) -> V:
     node_args, node_kwargs = tuple(to_node(a) for a in args), {k: to_node(a) for k, a in kwargs.items()}
     fake_args, fake_kwargs = tuple(to_fake(a) for a in args), {k: to_fake(a) for k, a in kwargs.items()}
     result = run_fake(session, target, fake_args, fake_kwargs)
+    if result is None:  # in-place work such as setitem: keep the node for its effect
+        session.graph.call(target, *node_args, kwargs=node_kwargs, spec=None)
+        return Const(None)
     if not _holds_tensor(result):
         if isinstance(result, _PLAIN) or _plain_tuple(result):
             return Const(result)
