@@ -1,0 +1,178 @@
+"""nn.Module forwards: parameters as graph inputs, train/eval guards, hooks, containers."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from helpers import check, clone, tree_close
+
+import tc_capture
+
+
+class MLP(nn.Module):
+    def __init__(self, n=8, depth=3):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(n, n) for _ in range(depth)])
+        self.norm = nn.LayerNorm(n)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        return self.norm(x)
+
+
+class ConvNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+
+    def forward(self, x):
+        return self.pool(torch.relu(self.bn(self.conv(x)))).flatten(1)
+
+
+class Attn(nn.Module):
+    def __init__(self, d=8, heads=2):
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.heads = heads
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return {"out": self.proj(y.transpose(1, 2).reshape(b, t, d)), "shape": (b, t)}
+
+
+class WithDict(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.heads = nn.ModuleDict({"a": nn.Linear(4, 2), "b": nn.Linear(4, 3)})
+        self.seq = nn.Sequential(nn.Linear(4, 4), nn.GELU(), nn.Dropout(0.0))
+        self.register_buffer("scale", torch.tensor(2.0))
+
+    def forward(self, x):
+        x = self.seq(x) * self.scale
+        return tuple(head(x) for name, head in self.heads.items())
+
+
+class Embed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 4)
+        self.mha = nn.MultiheadAttention(4, 2, batch_first=True)
+
+    def forward(self, idx):
+        h = self.emb(idx)
+        out, _ = self.mha(h, h, h, need_weights=False)
+        return out + h
+
+
+class Flags(nn.Module):
+    def __init__(self, use_bias=True):
+        super().__init__()
+        self.lin = nn.Linear(4, 4, bias=use_bias)
+        self.use_act = True
+
+    def forward(self, x, scale=1.0):
+        y = self.lin(x) * scale
+        return torch.tanh(y) if self.use_act else y
+
+
+MODULES = {
+    "mlp": (MLP, lambda: (torch.randn(5, 8),)),
+    "conv": (ConvNet, lambda: (torch.randn(2, 3, 6, 6),)),
+    "attn": (Attn, lambda: (torch.randn(2, 4, 8),)),
+    "dict": (WithDict, lambda: (torch.randn(3, 4),)),
+    "embed": (Embed, lambda: (torch.randint(0, 10, (2, 5)),)),
+    "flags": (Flags, lambda: (torch.randn(3, 4),)),
+    "lstm_free_seq": (lambda: nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)), lambda: (torch.randn(3, 4),)),
+}
+
+
+@pytest.mark.parametrize("training", [False, True])
+@pytest.mark.parametrize("name", list(MODULES))
+def test_module(name, training):
+    make, inputs = MODULES[name]
+    torch.manual_seed(0)
+    m = make().train(training)
+    m_eager = copy.deepcopy(m)
+    compiled = tc_capture.optimize(tc_capture.interpret_backend)(m)
+    for _ in range(3):
+        args = inputs()
+        tree_close(m_eager(*clone(args)), compiled(*clone(args)))
+    for (n1, b1), (n2, b2) in zip(m_eager.named_buffers(), m.named_buffers()):
+        tree_close(b1, b2, n1)
+
+
+def test_module_kwargs_and_method():
+    m = Flags()
+    check(None, lambda: (torch.randn(3, 4),), module=m)
+    bound = tc_capture.optimize(tc_capture.interpret_backend)(m.forward)
+    x = torch.randn(3, 4)
+    tree_close(m(x, scale=2.0), bound(x, scale=2.0))
+
+
+def test_training_update_is_seen():
+    m = MLP()
+    compiled = tc_capture.optimize(tc_capture.interpret_backend)(m)
+    x = torch.randn(5, 8)
+    compiled(x)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(0.1)
+    tree_close(m(x), compiled(x))
+
+
+def test_load_state_dict_and_flag_change_recompile():
+    m = Flags()
+    compiled = tc_capture.optimize(tc_capture.interpret_backend)(m)
+    x = torch.randn(3, 4)
+    compiled(x)
+    m.load_state_dict(Flags().state_dict())
+    tree_close(m(x), compiled(x))
+    m.use_act = False
+    tree_close(m(x), compiled(x))
+    assert len(compiled._cache.entries[0]) == 2
+
+
+def test_dtype_change_via_to():
+    m = Flags()
+    compiled = tc_capture.optimize(tc_capture.interpret_backend)(m)
+    compiled(torch.randn(3, 4))
+    m.double()
+    x = torch.randn(3, 4, dtype=torch.float64)
+    tree_close(m(x), compiled(x))
+
+
+def test_hooks_run():
+    m = Flags()
+    seen = []
+    m.register_forward_pre_hook(lambda mod, args: (args[0] * 2,))
+    m.register_forward_hook(lambda mod, args, out: out + 1)
+    compiled = tc_capture.optimize(tc_capture.interpret_backend)(m)
+    x = torch.randn(3, 4)
+    tree_close(m(x), compiled(x))
+    assert not seen
+
+
+def test_shared_graph_across_instances():
+    be_graphs = []
+
+    def backend(g, ex):
+        be_graphs.append(g)
+        return tc_capture.interpret_backend(g, ex)
+
+    blocks = [Flags() for _ in range(3)]
+    fn = tc_capture.optimize(backend)(lambda block, x: block(x))
+    x = torch.randn(3, 4)
+    for b in blocks:
+        tree_close(b(x), fn(b, x))
+    assert len(be_graphs) == 1, "one graph serves every instance of the same block"
