@@ -22,6 +22,16 @@ def is_compiling() -> bool:
     return compiling_depth() > 0
 
 
+def _register_is_compiling() -> None:
+    from .interp.builtins_ import BUILTINS
+    from .variables import Const
+
+    BUILTINS[is_compiling] = lambda f, args, kwargs: Const(True)  # inside a captured region it is
+
+
+_register_is_compiling()
+
+
 def mark_dynamic(t: torch.Tensor, dim: int) -> None:
     """Record that ``t``'s size ``dim`` may change (accepted; shapes are specialized for now)."""
     dims = getattr(t, "_tc_dynamic_dims", set())
