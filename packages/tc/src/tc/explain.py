@@ -46,7 +46,9 @@ class ExplainReport:
             lines.append("graph breaks:")
             lines += [f"  {i + 1}. {b}" for i, b in enumerate(self.break_reasons)]
         lines.append(f"guards ({len(self.guards)}):")
-        lines += [f"  {g}" for g in self.guards]
+        lines += [f"  {g}" for g in self.guards[:12]]
+        if len(self.guards) > 12:
+            lines.append(f"  ... and {len(self.guards) - 12} more (report.guards lists them all)")
         return "\n".join(lines)
 
 
