@@ -71,7 +71,9 @@ class GraphLowering:
     def realize(self, value: TensorValue, stride: tuple | None = None) -> BufferValue:
         if isinstance(value, BufferValue) and (stride is None or tuple(value.stride) == tuple(stride)):
             return value
-        stride = tuple(stride) if stride is not None else contiguous_stride(value.shape)
+        if stride is None:
+            stride = getattr(value, "preferred_stride", None) or contiguous_stride(value.shape)
+        stride = tuple(stride)
         buf = ComputedBuffer(self.new_name(), value.shape, stride, value.dtype, value.device,
                              lambda index, rindex, value=value: value.load(index))
         self._add_computed(buf)
@@ -129,6 +131,9 @@ class GraphLowering:
                 return self.extern(node, args, kwargs, "item of an opaque value")
             return args[0][args[1]]
         result = self.lower_call(node, node.target, node.spec, args, kwargs)
+        for value, spec in zip(tc_ir.leaves(result), tc_ir.leaves(node.spec)):
+            if isinstance(value, Pointwise) and isinstance(spec, TensorSpec) and _dense(spec):
+                value.preferred_stride = spec.stride  # realized as eager would lay it out
         return self._maybe_realize(node, result)
 
     def _input(self, node: Node) -> Any:
@@ -297,6 +302,7 @@ def _check(result: Any, spec: Any) -> None:
             raise TypeError(f"lowering returned {type(result).__name__} for a tensor")
         if tuple(result.shape) != tuple(spec.shape) or result.dtype != spec.dtype:
             raise TypeError(f"lowering gave {result.dtype}{list(result.shape)}, expected {spec}")
+        result.load(kir.xvars(result.ndim))  # build the body now, so a broken one falls back here
         return
     if isinstance(spec, tuple):
         if not isinstance(result, tuple) or len(result) != len(spec):

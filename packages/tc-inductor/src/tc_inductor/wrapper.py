@@ -87,7 +87,7 @@ def generate(lowered: LoweredGraph, sched: Schedule, calls: dict, extern_names: 
         else:
             body += _extern(step, layouts, extern_names)
         for name in sorted(n for n, p in last_use.items() if p == position):
-            if name in keep or name not in layouts or name not in lowered.own:
+            if name in keep or name not in layouts or name not in lowered.own or name not in sched.stored:
                 continue
             shape, stride, dtype, device = layouts[name]
             free.setdefault((tuple(shape), tuple(stride), dtype, str(device)), []).append(name)
@@ -151,4 +151,11 @@ def _last_uses(sched: Schedule) -> dict[str, int]:
 
 
 def _passed_to_externs(sched: Schedule) -> set[str]:
-    return {name for step in sched.steps if isinstance(step, ExternCall) for name in reads_of(step)}
+    """Buffers an extern call may return a view of (those must never be reused)."""
+    return {name for step in sched.steps if isinstance(step, ExternCall) and _may_alias(step.target)
+            for name in reads_of(step)}
+
+
+def _may_alias(target: Any) -> bool:
+    schema = getattr(target, "_schema", None)
+    return schema is None or any(r.alias_info is not None for r in schema.returns)

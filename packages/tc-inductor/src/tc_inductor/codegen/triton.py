@@ -88,7 +88,10 @@ class TritonKernelWriter:
             and _static_numel(kernel.rranges) <= PERSISTENT_MAX
 
     def index(self, expr: sympy.Expr, args: list) -> str:
-        return print_index(expr, dict(zip(kir.indirect_names(expr), args)), "//")
+        text = print_index(expr, dict(zip(kir.indirect_names(expr), args)), "//")
+        if not any(s.name[0] in "xr" for s in sympy.sympify(expr).free_symbols):
+            text += f" + tl.zeros({self.shape}, tl.int64)"  # a block pointer, so block masks apply
+        return text
 
     def mask_of(self, scope: Scope, base: str) -> str:
         masks, s = [], scope
@@ -205,6 +208,7 @@ class TritonKernelWriter:
         return lines if n else []
 
     def store(self, s: kir.Store, scope: Scope, lines: list, mask: str, shape: str) -> None:
+        self.shape = shape
         v = self.emitter.value(s.value, scope, lines)
         if s.dtype in kir.LOW_PRECISION or s.value.dtype != s.dtype:
             v = f"{v}.to({TL[s.dtype]})"
@@ -258,13 +262,15 @@ class TritonKernelWriter:
             else:
                 for s in reductions:
                     out += self.accumulator(s)
-                out.append("for roffset in range(0, rnumel, RBLOCK):")
+                static = _static_numel(k.rranges)
+                out.append(f"for roffset in range(0, {static if static is not None else 'rnumel'}, RBLOCK):")
                 body, scope = [], Scope()
                 body += ["rindex = roffset + rbase", "rmask = rindex < rnumel"] + self._split("rindex", "r", k.rranges)
             for s in stage.inner:
                 if isinstance(s, kir.Store):
                     self.store(s, scope, body, "xmask & rmask", "[XBLOCK, RBLOCK]")
                 else:
+                    self.shape = "[XBLOCK, RBLOCK]"
                     v = self.emitter.value(s.value, scope, body)
                     if self.persistent:
                         out += self.accumulator(s)

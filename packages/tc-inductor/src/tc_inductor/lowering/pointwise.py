@@ -70,10 +70,20 @@ def make_pointwise(ctx, args: tuple, fn: Callable[..., UOp], kind: KIND = KIND.D
     if compute is None:
         compute, _ = promote(args, kind)
 
+    if ctx.options.get("emulate_precision_casts"):
+        args = tuple(_round_scalar(a, promote(args, KIND.NO_OPMATH)[1]) for a in args)
+
     def body(index: tuple) -> UOp:
         return finish(ctx, fn(*[read(a, index, compute) for a in args]), dtype)
 
     return Pointwise(shape, dtype, device, body)
+
+
+def _round_scalar(value: Any, dtype: torch.dtype) -> Any:
+    """Eager casts a Python scalar operand to a half-precision tensor's dtype; so do we when emulating."""
+    if isinstance(value, float) and dtype in kir.LOW_PRECISION:
+        return float(torch.tensor(value, dtype=dtype))
+    return value
 
 
 def register_pointwise(targets: tuple, fn: Callable[..., UOp], kind: KIND = KIND.DEFAULT, nargs: int | None = None):
@@ -232,8 +242,10 @@ register_pointwise((aten.isinf.default,), unary_fn(Ops.ISINF), KIND.ALWAYS_BOOL)
 register_pointwise((aten.signbit.default,), unary_fn(Ops.SIGNBIT), KIND.ALWAYS_BOOL)
 register_pointwise((aten.isfinite.default,), lambda x: kir.unary(Ops.NOT, kir.binary(
     Ops.OR, kir.unary(Ops.ISNAN, x), kir.unary(Ops.ISINF, x))), KIND.ALWAYS_BOOL)
-register_pointwise((aten.isposinf.default,), lambda x: kir.binary(Ops.EQ, x, c(math.inf, x)), KIND.ALWAYS_BOOL)
-register_pointwise((aten.isneginf.default,), lambda x: kir.binary(Ops.EQ, x, c(-math.inf, x)), KIND.ALWAYS_BOOL)
+register_pointwise((aten.isposinf.default,), lambda x: kir.binary(Ops.EQ, x, c(math.inf, x))
+                   if x.dtype.is_floating_point else kir.const(False, torch.bool), KIND.ALWAYS_BOOL)
+register_pointwise((aten.isneginf.default,), lambda x: kir.binary(Ops.EQ, x, c(-math.inf, x))
+                   if x.dtype.is_floating_point else kir.const(False, torch.bool), KIND.ALWAYS_BOOL)
 
 for _targets, _op, _logical in [
     ((aten.bitwise_and.Tensor, aten.bitwise_and.Scalar), Ops.BITAND, Ops.AND),
@@ -409,7 +421,7 @@ def _masked_fill(ctx, x, mask, value):
     compute = kir.compute_dtype(dtype)
 
     def body(index: tuple) -> UOp:
-        return kir.where(read(mask, index, torch.bool), read(x, index, compute), read(value, index, compute))
+        return kir.where(read(mask, index, torch.bool), read(value, index, compute), read(x, index, compute))
 
     return Pointwise(shape, dtype, device, body)
 

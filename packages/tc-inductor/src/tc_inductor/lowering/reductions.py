@@ -42,7 +42,7 @@ def reduce(ctx, x: TensorValue, dims: tuple, keepdim: bool, reduction_type: str,
     """A reduction of ``value(full index of x)`` over ``dims`` of ``x`` into a (shape, dtype) buffer."""
     device = device or x.device
     rranges = tuple(x.shape[d] for d in dims)
-    if x.ndim == 0 or (all(r == 1 for r in rranges) and reduction_type not in ("argmax", "argmin")):
+    if x.ndim == 0 or all(r == 1 for r in rranges):
         zeros = tuple(sympy.Integer(0) for _ in dims)
         return Pointwise(shape, dtype, device, lambda index: _single(
             value(full_index(x, dims, keepdim, index, zeros)) if x.ndim else value(()), reduction_type, dtype))

@@ -1,0 +1,182 @@
+"""Kernel counts on hand-built graphs, and the compile-level features around them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tc_ir
+import tc_inductor
+
+from helpers import build, check
+
+aten = torch.ops.aten
+BACKENDS = ["cpp", "triton"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_add_relu_mul_is_one_kernel(backend):
+    x, y = torch.randn(33, 17), torch.randn(17)
+    k = check(lambda g, x, y: g.call(aten.mul.Tensor, g.call(aten.relu.default, g.call(aten.add.Tensor, x, y)), 2.0),
+              [x, y], {"backend": backend}, fresh=[torch.randn(33, 17), torch.randn(17)])
+    assert k.stats["kernels"] == 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_softmax_at_most_two_kernels(backend):
+    x = torch.randn(16, 100)
+    k = check(lambda g, x: g.call(aten._softmax.default, x, -1, False), [x], {"backend": backend}, fresh=[torch.randn(16, 100)])
+    assert k.stats["kernels"] <= 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_layer_norm_forward_one_kernel(backend):
+    x, w, b = torch.randn(4, 6, 32), torch.randn(32), torch.randn(32)
+    k = check(lambda g, x, w, b: g.call(aten.native_layer_norm.default, x, [32], w, b, 1e-5), [x, w, b],
+              {"backend": backend})
+    assert k.stats["kernels"] == 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gelu_mlp_activation_one_kernel(backend):
+    x, w1, b1, w2 = torch.randn(8, 16), torch.randn(32, 16), torch.randn(32), torch.randn(16, 32)
+
+    def mlp(g, x, w1, b1, w2):
+        h = g.call(aten.addmm.default, b1, x, g.call(aten.t.default, w1))
+        return g.call(aten.mm.default, g.call(aten.gelu.default, h), g.call(aten.t.default, w2))
+
+    k = check(mlp, [x, w1, b1, w2], {"backend": backend})
+    assert k.stats["kernels"] == 1 and k.stats["extern_calls"] == 2
+
+
+def test_long_rows_use_looped_reduction_in_triton():
+    x = torch.randn(3, 5000)
+    k = check(lambda g, x: g.call(aten._softmax.default, x, -1, False), [x], {"backend": "triton"})
+    assert "for roffset" in k.kernels[0] and k.stats["kernels"] == 1
+
+
+def test_rms_norm_one_kernel():
+    x, w = torch.randn(5, 64), torch.randn(64)
+
+    def rms(g, x, w):
+        ms = g.call(aten.mean.dim, g.call(aten.mul.Tensor, x, x), [-1], True)
+        return g.call(aten.mul.Tensor, g.call(aten.mul.Tensor, x, g.call(aten.rsqrt.default, g.call(aten.add.Scalar, ms, 1e-6))), w)
+
+    assert check(rms, [x, w]).stats["kernels"] == 1
+
+
+def test_fusion_decisions_are_logged(caplog):
+    import logging
+
+    caplog.set_level(logging.DEBUG, logger="tc.fusion")
+    check(lambda g, x: g.call(aten._softmax.default, x, -1, False), [torch.randn(4, 7)])
+    assert any("fusing" in r.message for r in caplog.records)
+
+
+def test_unknown_op_runs_as_extern_and_is_right():
+    x = torch.randn(6, 5)
+    k = check(lambda g, x: g.call(aten.relu.default, g.call(aten.cumsum.default, g.call(aten.exp.default, x), 1)), [x])
+    assert k.stats["extern_calls"] == 1 and k.stats["kernels"] == 2
+
+
+def test_buffers_are_reused():
+    x = torch.randn(64, 64)
+
+    def chain(g, x):
+        a = g.call(aten.cumsum.default, g.call(aten.exp.default, x), 0)
+        b = g.call(aten.cumsum.default, g.call(aten.sin.default, a), 0)
+        return g.call(aten.cumsum.default, g.call(aten.cos.default, b), 0)
+
+    k = check(chain, [x])
+    assert "# reuse" in k.source
+
+
+def test_output_strides_match_eager():
+    x = torch.randn(5, 7)
+    g = build(lambda g, x: g.call(aten.mul.Tensor, g.call(aten.t.default, x), 2), [x])
+    out = tc_inductor.compile(g, [x])(x)
+    assert out.stride() == tc_ir.interpret(g, [x]).stride()
+
+
+def test_graph_cache_skips_lowering(tmp_path, monkeypatch):
+    monkeypatch.setenv("TC_CACHE_DIR", str(tmp_path))
+    x = torch.randn(9, 3)
+    g = build(lambda g, x: g.call(aten.tanh.default, g.call(aten.add.Tensor, x, x)), [x])
+    tc_inductor.compile(g, [x])
+    import importlib
+
+    compile_module = importlib.import_module("tc_inductor.compile")
+
+    monkeypatch.setattr(compile_module, "GraphLowering", None)  # a warm compile must not lower
+    k = tc_inductor.compile(g, [x])
+    torch.testing.assert_close(k(x), torch.tanh(x + x))
+
+
+def test_artifact_store_is_used(tmp_path):
+    class Store:
+        def __init__(self):
+            self.data = {}
+
+        def get(self, kind, key):
+            return self.data.get((kind, key))
+
+        def put(self, kind, key, data):
+            self.data[(kind, key)] = data
+
+    store = Store()
+    x = torch.randn(3, 11)
+    check(lambda g, x: g.call(aten.cos.default, g.call(aten.mul.Tensor, x, 3)), [x], {"artifact_store": store})
+    assert store.data
+
+
+def test_identical_kernels_are_deduplicated():
+    x, y = torch.randn(10, 10), torch.randn(10, 10)
+
+    def twice(g, x, y):
+        a = g.call(aten.cumsum.default, g.call(aten.sin.default, x), 0)
+        return g.call(aten.cumsum.default, g.call(aten.sin.default, a), 0)
+
+    k = check(twice, [x, y])
+    assert k.stats["kernels"] == 2 and len(k.kernels) == 1
+
+
+def test_emulate_precision_casts_rounds_like_eager():
+    x = torch.randn(256).bfloat16()
+    fn = lambda g, x: g.call(aten.mul.Tensor, g.call(aten.add.Tensor, x, 1.001), 3.0)  # noqa: E731
+    g = build(fn, [x])
+    exact = tc_inductor.compile(g, [x], {"emulate_precision_casts": True})(x)
+    torch.testing.assert_close(exact, tc_ir.interpret(g, [x]), atol=0, rtol=0)
+
+
+def test_missing_compiler_is_a_clear_error(monkeypatch):
+    from tc_inductor.codegen import build as build_module
+
+    build_module.compiler.cache_clear()
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("CXX", raising=False)
+    try:
+        with pytest.raises(tc_inductor.CompilerNotFound, match="C\\+\\+ compiler"):
+            build_module.compiler()
+    finally:
+        build_module.compiler.cache_clear()
+
+
+def test_decompositions_table():
+    table = tc_inductor.decompositions()
+    assert aten.gelu.default in table and aten.native_layer_norm_backward.default in table
+
+
+def test_perf_hints_log(caplog):
+    import logging
+
+    caplog.set_level(logging.DEBUG, logger="tc.perf_hints")
+    check(lambda g, x: g.call(aten.neg.default, x), [torch.randn(5)], {"cache": False})
+    assert any("compile" in r.message for r in caplog.records)
+
+
+@pytest.mark.cuda
+def test_cuda_softmax_and_autotune():
+    x = torch.randn(64, 3000, device="cuda")
+    k = check(lambda g, x: g.call(aten._softmax.default, x, -1, False), [x])
+    assert k.stats["kernels"] <= 2
+    check(lambda g, x: g.call(aten.relu.default, g.call(aten.add.Tensor, x, 1)), [x], {"max_autotune": True})
