@@ -46,10 +46,6 @@ def reset() -> None:
     module_state.bump()
 
 
-def _module_call(self, *args, **kwargs):
-    return self(*args, **kwargs)
-
-
 def _binder(fn) -> Callable:
     """A fast way to lay out call arguments in the order of ``fn``'s code's parameter slots."""
     code = fn.__code__
@@ -70,23 +66,79 @@ def _binder(fn) -> Callable:
 
 
 class OptimizedModule:
-    """A compiled ``nn.Module``: calling it runs the guarded cache; attributes are the module's."""
+    """A compiled ``nn.Module``: calling it runs the guarded cache; attributes are the module's.
 
-    def __init__(self, module: torch.nn.Module, cache: FrameCache):
+    The module's ``forward`` (with ``self`` bound as its first argument) is the root frame that
+    is captured, so a graph break in ``forward`` resumes capture right after it, as in a plain
+    function. Forward pre-hooks and hooks run in Python around the compiled forward.
+    """
+
+    def __init__(self, module: torch.nn.Module, make_cache: Callable):
         object.__setattr__(self, "_orig_mod", module)
-        object.__setattr__(self, "_cache", cache)
+        object.__setattr__(self, "_make_cache", make_cache)
+        object.__setattr__(self, "_forwards", {})  # forward function -> (cache, binder)
+
+    @property
+    def _cache(self) -> FrameCache:
+        return self._compiled_forward()[0]
+
+    def _compiled_forward(self):
+        mod = self._orig_mod
+        fn = mod.__dict__.get("forward")
+        bound_self = fn is None or isinstance(fn, types.MethodType) and fn.__self__ is mod
+        fn = type(mod).forward if fn is None else getattr(fn, "__func__", fn)
+        found = self._forwards.get(fn)
+        if found is None:
+            if not isinstance(fn, types.FunctionType):
+                raise TypeError(f"tc_capture: {type(mod).__name__}.forward is not a Python function")
+            found = self._forwards[fn] = (self._make_cache(fn), _binder(fn), bound_self)
+        return found
+
+    def _forward(self, args, kwargs):
+        cache, bind, bound_self = self._compiled_forward()
+        if bound_self:
+            args = (self._orig_mod, *args)
+        return cache.call(bind(args, kwargs), args, kwargs)
 
     def __call__(self, *args, **kwargs):
-        return self._cache.call((self._orig_mod, args, kwargs), (self._orig_mod, *args), kwargs)
+        mod = self._orig_mod
+        if mod._backward_hooks or mod._backward_pre_hooks or _global_hooks():
+            return mod(*args, **kwargs)  # backward hooks wrap tensors in Python: run eagerly
+        if not (mod._forward_hooks or mod._forward_pre_hooks):
+            return self._forward(args, kwargs)
+        return self._call_with_hooks(mod, args, kwargs)
+
+    def _call_with_hooks(self, mod, args, kwargs):
+        for hook_id, hook in list(mod._forward_pre_hooks.items()):
+            if hook_id in mod._forward_pre_hooks_with_kwargs:
+                r = hook(mod, args, kwargs)
+                if r is not None:
+                    args, kwargs = r
+            else:
+                r = hook(mod, args)
+                if r is not None:
+                    args = r if isinstance(r, tuple) else (r,)
+        out = self._forward(args, kwargs)
+        for hook_id, hook in list(mod._forward_hooks.items()):
+            r = hook(mod, args, kwargs, out) if hook_id in mod._forward_hooks_with_kwargs else hook(mod, args, out)
+            if r is not None:
+                out = r
+        return out
 
     def forward(self, *args, **kwargs):
-        return self(*args, **kwargs)
+        return self._forward(args, kwargs)
 
     def __getattr__(self, name):
         return getattr(self._orig_mod, name)
 
     def __setattr__(self, name, value):
         setattr(self._orig_mod, name, value)
+
+
+def _global_hooks() -> bool:
+    g = torch.nn.modules.module
+    return bool(g._global_forward_hooks or g._global_forward_pre_hooks or g._global_backward_hooks
+                or g._global_backward_pre_hooks)
 
 
 def optimize(backend: Callable, *, fullgraph: bool = False, dynamic: bool | None = None,
@@ -106,9 +158,7 @@ def optimize(backend: Callable, *, fullgraph: bool = False, dynamic: bool | None
 
     def wrap(fn):
         if isinstance(fn, torch.nn.Module):
-            cache = FrameCache(_module_call, backend, fullgraph, recompile_limit)
-            cache.fn = types.MethodType(_module_call, fn)
-            return OptimizedModule(fn, cache)
+            return OptimizedModule(fn, lambda forward: FrameCache(forward, backend, fullgraph, recompile_limit))
         if isinstance(fn, types.MethodType):
             inner = wrap(fn.__func__)
             return types.MethodType(inner, fn.__self__)

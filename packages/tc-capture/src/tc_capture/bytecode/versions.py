@@ -111,6 +111,11 @@ def for_iter_exit(insts: tuple[Inst, ...], index_of: dict[int, int], inst: Inst)
     return i + 1 if insts[i].opname == "END_FOR" else i
 
 
+# SEND on an exhausted sub-iterator: 3.11 pops the receiver and pushes the return value; 3.12
+# leaves the receiver below the return value for the END_SEND at the jump target to remove.
+SEND_KEEPS_RECEIVER = PY312
+
+
 def call_stack_layout(nargs: int) -> int:
     """How many stack slots a CALL consumes: the two callable/self-or-NULL slots plus args."""
     return nargs + 2

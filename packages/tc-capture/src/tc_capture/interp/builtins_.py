@@ -339,3 +339,45 @@ def bind_namedtuple(cls, args, kwargs) -> TupleV:
     return TupleV([values[n] if n in values else Const(defaults[n]) for n in fields], cls=cls)
 
 
+
+
+# ---- module traversal: parameters(), named_modules(), ... -------------------------------------------
+def _module_walk(method: str):
+    """``mod.parameters()`` and friends: the real traversal, each item read back from its source.
+
+    The items become sourced values (parameters and buffers are graph inputs like any other
+    module state); a gated guard on the count notices a parameter added or removed.
+    """
+    named = method.startswith("named_")
+
+    def handler(f, args, kwargs):
+        mod_v = args[0]
+        if not isinstance(mod_v, Const) or mod_v.source is None:
+            raise Unsupported(f"Module.{method}() on a module reached without a source")
+        mod, src = mod_v.value, mod_v.source
+        pairs = list(getattr(mod, method if named else f"named_{method}")(*_consts(args[1:]),
+                                                                        **{k: realize_const(v) for k, v in kwargs.items()}))
+        count = f"len(list({src.expr}.{method}({', '.join(repr(a) for a in _consts(args[1:]))})))"
+        f.session.guards.add(src._step(count, src.name, True), f"{count} == {len(pairs)}",
+                             f"{method}() of {f.session.guards.readable(src)} has {len(pairs)} items")
+        items = []
+        for name, value in pairs:
+            v = _walk_source(f, mod_v, name)
+            items.append(TupleV([Const(name), v]) if named else v)
+        return IterV(items)
+
+    return handler
+
+
+def _walk_source(f, mod_v: Const, qualname: str) -> V:
+    from .attrs import get_attr
+
+    v = mod_v
+    for part in qualname.split(".") if qualname else ():
+        v = get_attr(f, v, part)
+    return v
+
+
+for _m in ("parameters", "named_parameters", "buffers", "named_buffers", "children", "named_children",
+           "modules", "named_modules"):
+    BUILTINS[getattr(torch.nn.Module, _m)] = _module_walk(_m)

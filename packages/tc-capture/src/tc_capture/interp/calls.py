@@ -18,7 +18,7 @@ import torch
 import tc_ir
 
 from .. import sources as S
-from ..variables import (BoundV, CellV, Const, DictV, ExitV, FuncV, GradModeV, ListV, MethodV, ObjV,
+from ..variables import (BoundV, CellV, Const, DictV, ExitV, FuncV, GradModeV, IterV, ListV, MethodV, ObjV,
                          SuperV, TensorV, TupleV, V, AutocastV)
 from .record import DATA_METHODS, record
 from .session import Unsupported
@@ -26,7 +26,7 @@ from .session import Unsupported
 _STDLIB = os.path.realpath(sysconfig.get_paths()["stdlib"])
 _TORCH_DIR = os.path.dirname(os.path.realpath(torch.__file__))
 _INLINE_TORCH = (os.path.join(_TORCH_DIR, "nn", "modules"),)
-_CO_GENERATOR = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+_CO_ASYNC = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 _UNSAFE_TORCH = {"manual_seed", "seed", "save", "load", "set_default_dtype", "set_default_device",
                  "set_grad_enabled", "use_deterministic_algorithms", "set_printoptions", "compile",
                  "set_num_threads"}
@@ -200,8 +200,8 @@ def construct(f, cls: type, args, kwargs) -> V:
 # ---- inlining ------------------------------------------------------------------------------------
 def _skip_reason(fn) -> str | None:
     code = fn.__code__ if not isinstance(fn, FuncV) else fn.code
-    if code.co_flags & _CO_GENERATOR:
-        return f"{code.co_name} is a generator or coroutine"
+    if code.co_flags & _CO_ASYNC:
+        return f"{code.co_name} is a coroutine"
     path = os.path.realpath(code.co_filename)
     if path.startswith(_STDLIB) and "site-packages" not in path and "dist-packages" not in path:
         return f"{_name(fn)} lives in the standard library ({os.path.basename(path)})"
@@ -226,7 +226,22 @@ def inline(f, fn, args: list[V], kwargs: dict[str, V], source: S.Source | None =
     locals_ = bind_args(code, defaults, kwdefaults, args, kwargs)
     cells = dict(zip(code.co_freevars, closure))
     child = Frame(f.session, code, globals_, locals_, cells, parent=f)
+    if code.co_flags & inspect.CO_GENERATOR:
+        return _run_generator(child)
     return child.run()
+
+
+def _run_generator(child) -> IterV:
+    """A generator consumed where it is made: run its body to the end, collecting what it yields.
+
+    Generator expressions and generator functions in model code are consumed at once (unpacked,
+    summed, joined, looped over), so running the body eagerly gives the same values; the body's
+    own side effects happen before the consumer's, which is only visible if the two interleave
+    effects on the same object.
+    """
+    child.yields = []
+    child.run()
+    return IterV(child.yields)
 
 
 def _const_v(value) -> V:

@@ -58,6 +58,7 @@ class Frame:
         self.kw_names: tuple = ()
         self.depth = 0 if parent is None else parent.depth + 1
         self.result: V | None = None
+        self.yields: list[V] | None = None  # a generator run to completion collects here
         self.lineno = code.co_firstlineno
         self.steps = 0
         if self.depth > MAX_DEPTH:

@@ -80,3 +80,50 @@ def op_for_iter(f, inst):
     else:
         f.pop()
         f.ip = for_iter_exit(f.insts, f.index_of, inst)
+
+
+# ---- generators run to completion (see calls._run_generator) -------------------------------------
+def _yields(f) -> list:
+    if f.yields is None:
+        raise Unsupported("yield outside a generator that is consumed where it is made")
+    return f.yields
+
+
+@handler("RETURN_GENERATOR")
+def op_return_generator(f, inst):
+    _yields(f)
+    f.push(Const(None))  # the POP_TOP after it drops this
+
+
+@handler("YIELD_VALUE")
+def op_yield_value(f, inst):
+    _yields(f).append(f.pop())
+    f.push(Const(None))  # what send() would deliver: generators consumed by iteration get None
+
+
+@handler("GET_YIELD_FROM_ITER")
+def op_get_yield_from_iter(f, inst):
+    f.push(iterate(f, f.pop()))
+
+
+@handler("SEND")
+def op_send(f, inst):
+    from ..bytecode.versions import SEND_KEEPS_RECEIVER
+    from .pyops import items_of
+
+    sent = f.pop()
+    if not (isinstance(sent, Const) and sent.value is None):
+        raise Unsupported("send() of a value into a sub-generator")
+    receiver = f.stack[-1]
+    _yields(f).extend(items_of(f, receiver))  # `yield from` an iterator: all its items, in order
+    if not SEND_KEEPS_RECEIVER:
+        f.pop()
+    f.push(Const(None))
+    f.jump(inst.target)
+
+
+@handler("END_SEND")
+def op_end_send(f, inst):
+    top = f.pop()
+    f.pop()
+    f.push(top)
