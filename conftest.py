@@ -1,7 +1,13 @@
-"""Shared pytest set-up: tests marked ``cuda`` skip on machines without a CUDA GPU."""
+"""Shared pytest set-up: tests marked ``cuda`` skip on machines without a CUDA GPU, where
+generated Triton kernels run on the CPU under the Triton interpreter instead."""
+
+import os
 
 import pytest
 import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
 
 
 def pytest_collection_modifyitems(config, items):

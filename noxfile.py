@@ -39,7 +39,7 @@ def tests(session: nox.Session) -> None:
     _install(session, PACKAGES)
     session.run("python", str(ROOT / ".ci" / "check_deps.py"))
     dirs = [f"packages/{p}/tests" for p in PACKAGES] + ["tests"]
-    session.run("pytest", *dirs, *session.posargs, env={"TRITON_INTERPRET": "1"})
+    session.run("pytest", *dirs, *session.posargs)
 
 
 @nox.session
@@ -47,7 +47,7 @@ def tests(session: nox.Session) -> None:
 def package(session: nox.Session, name: str) -> None:
     """One package's tests with only it and its declared dependencies installed (proves separability)."""
     _install(session, _declared_ours(name) + [name])
-    session.run("pytest", f"packages/{name}/tests", *session.posargs, env={"TRITON_INTERPRET": "1"})
+    session.run("pytest", f"packages/{name}/tests", *session.posargs)
 
 
 @nox.session

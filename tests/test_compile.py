@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from models import CNN, MLP, TinyTransformer, inputs_for
+from tc_models import CNN, MLP, TinyTransformer, inputs_for
 
 import tc
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from models import CNN, MLP, TinyTransformer, inputs_for
+from tc_models import CNN, MLP, TinyTransformer, inputs_for
 
 import tc
 

@@ -8,7 +8,7 @@ import torch
 import tc_ir
 import tc_inductor
 
-from helpers import build, check
+from inductor_helpers import build, check
 
 aten = torch.ops.aten
 BACKENDS = ["cpp", "triton"]

@@ -13,7 +13,7 @@ import torch
 import tc_ir
 import tc_inductor
 
-from helpers import assert_same
+from inductor_helpers import assert_same
 from op_corpus import OPS, cases
 
 TRITON_EVERY = 1  # every op the interpreter can run (it lacks libdevice)
