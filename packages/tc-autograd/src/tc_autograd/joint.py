@@ -19,7 +19,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import tc_ir
 
-from .trace import Recorder, clean_spec
+from .cond import bind_higher_order
+from .trace import Recorder, clean_spec, interpret_unwrapped
 
 
 @attrs.frozen
@@ -97,7 +98,7 @@ def trace(graph: tc_ir.Graph, inputs: Sequence[Any], decompositions: dict | None
     # cuDNN batch norm writes running stats behind its schema's back and needs its reserve
     # buffer in the backward; with cuDNN off, CUDA batch norm traces as native_batch_norm.
     with mode, rec, torch.set_grad_enabled(training), _no_autocast_leak(), torch.backends.cudnn.flags(enabled=False):
-        outs = tc_ir.interpret(graph, fakes)
+        outs = interpret_unwrapped(bind_higher_order(graph, rec), fakes)
     nodes: list[tc_ir.Node] = []
     tensors: list[torch.Tensor] = []
     plan = tc_ir.map_structure(outs, lambda v: _plan_leaf(v, rec, fakes, nodes, tensors))

@@ -9,8 +9,9 @@ dispatches are.
 
 from __future__ import annotations
 
+import contextlib
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -33,6 +34,21 @@ def clean_spec(value: Any) -> Any:
     return tc_ir.spec_of(value)
 
 
+def interpret_unwrapped(graph: tc_ir.Graph, inputs: Sequence[Any]) -> Any:
+    """``tc_ir.interpret``, but a ``NotImplementedError`` (something tc_autograd cannot do yet)
+    surfaces as itself, with the failing node in a note, so callers can fall back to eager."""
+    try:
+        return tc_ir.interpret(graph, inputs)
+    except tc_ir.InterpretError as e:
+        cause = e
+        while isinstance(cause, tc_ir.InterpretError) and cause.__cause__ is not None:
+            cause = cause.__cause__
+        if not isinstance(cause, NotImplementedError):
+            raise
+        cause.add_note(str(e).split(" failed: ")[0])
+        raise cause from e
+
+
 def has_tensor(value: Any) -> bool:
     return any(isinstance(v, torch.Tensor) for v in tc_ir.leaves(value))
 
@@ -46,6 +62,31 @@ class Recorder(TorchDispatchMode):
         self.decompositions = decompositions or {}
         self.table = AliasTable(self.emit)
         self.constants = 0
+        self.subgraphs = 0      # sub-graphs made so far (their names must be unique)
+        self.paused = False
+
+    @contextlib.contextmanager
+    def pausing(self) -> Iterator[None]:
+        """Ops run (on fakes) without being recorded: making the fake results of a recorded node."""
+        saved, self.paused = self.paused, True
+        try:
+            yield
+        finally:
+            self.paused = saved
+
+    @contextlib.contextmanager
+    def tracing_into(self, graph: tc_ir.Graph) -> Iterator[None]:
+        """Record into ``graph`` (a sub-graph) with its own alias table, then go back."""
+        saved = self.graph, self.table
+        self.graph, self.table = graph, AliasTable(self.emit)
+        try:
+            yield
+        finally:
+            self.graph, self.table = saved
+
+    def subgraph_name(self, stem: str) -> str:
+        self.subgraphs += 1
+        return f"{stem}{self.subgraphs}"
 
     # ---- writing nodes ------------------------------------------------------------------
     def emit(self, target: Any, *args: Any, spec: Any = None, **kwargs: Any) -> tc_ir.Node:
@@ -84,6 +125,8 @@ class Recorder(TorchDispatchMode):
     # ---- the dispatch hook --------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self.paused:
+            return func(*args, **kwargs)
         if func in self.decompositions:
             with self:
                 out = self.decompositions[func](*args, **kwargs)
