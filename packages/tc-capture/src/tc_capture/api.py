@@ -51,7 +51,7 @@ def _binder(fn) -> Callable:
     code = fn.__code__
     simple = not code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS) and not code.co_kwonlyargcount
     n = code.co_argcount
-    sig = inspect.signature(fn)
+    sig = inspect.signature(fn, follow_wrapped=False)
     names = code.co_varnames[:n + code.co_kwonlyargcount + bool(code.co_flags & inspect.CO_VARARGS)
                              + bool(code.co_flags & inspect.CO_VARKEYWORDS)]
 

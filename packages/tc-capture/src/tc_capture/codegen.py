@@ -11,7 +11,7 @@ from typing import Any
 
 from . import sources as S
 from .interp.session import NULL, UNBOUND, ModeExit, ResumeIter, Unsupported
-from .variables import (BoundV, CellV, Const, DictV, ExitV, FuncV, IterV, ListV, MethodV, NullV, ObjV,
+from .variables import (BoundV, CellV, Const, DataDictV, DictV, ExitV, FuncV, IterV, ListV, MethodV, NullV, ObjV,
                         SetV, TensorV, TupleV, V)
 
 
@@ -65,6 +65,9 @@ class Rebuild:
             return "NULL"
         if isinstance(v, (ListV, DictV, SetV)) and v.source is not None:
             return v.source.expr
+        if isinstance(v, DataDictV):
+            body = ", ".join(f"{k}={self.expr(x)}" for k, x in v.fields.items())
+            return self._bind(v, f"{self.refs(v.cls)}({body})")
         if isinstance(v, ListV):
             return self._bind(v, f"[{', '.join(self.expr(x) for x in v.items)}]")
         if isinstance(v, SetV):
@@ -146,7 +149,7 @@ class Rebuild:
             self.lines.append(f"{target}[:] = [{', '.join(self.expr(x) for x in v.items)}]")
         elif isinstance(v, DictV):
             body = ", ".join(f"{self._const(k)}: {self.expr(x)}" for k, x in v.items.items())
-            self.lines.append(f"_d = {target}; _d.clear(); _d.update({{{body}}})")
+            self.lines.append(f"_v = {{{body}}}; _d = {target}; _d.clear(); _d.update(_v)")
         elif isinstance(v, CellV) and v.contents is not None:
             self.lines.append(f"{target}.cell_contents = {self.expr(v.contents)}")
 

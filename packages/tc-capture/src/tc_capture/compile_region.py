@@ -123,12 +123,15 @@ def build_entry(code, globals_, session: Session, out, brk: Break | None, backen
         stack = ", ".join(rb.expr(v) for v in frame.stack)
         cells = ", ".join(rb.expr(frame.cells[n]) if n in frame.cells else "None"
                           for n in code.co_freevars + code.co_cellvars)
-        rb.side_effects(session)
         result, break_ip = f"([{locals_}], [{stack}], [{cells}])", out.ip
         kw_names = frame.kw_names
     else:
-        rb.side_effects(session)
         result, break_ip, kw_names = rb.expr(out), None, ()
+    # Values read from the frame state were read before the region's own effects: read them
+    # again (into R) before the effects are applied, or a popped dict key would be gone.
+    rb.lines.append(f"R = {result}")
+    rb.side_effects(session)
+    result = "R"
     graph.output(tuple(rb.outputs))
     guard, why, guard_src, ms, root_key = compile_guards(session.guards, [s.expr for _, s, _ in gated], globals_)
     compiled = None

@@ -70,6 +70,17 @@ class DictV(V):
         self.items, self.cls = dict(items), cls
 
 
+class DataDictV(DictV):
+    """A dataclass that is also a dict (Hugging Face ``ModelOutput``): ``fields`` holds every field
+    (``None`` included) for attribute reads; ``items`` holds the fields that are set."""
+
+    __slots__ = ("fields",)
+
+    def __init__(self, fields: dict, cls: type):
+        super().__init__({k: v for k, v in fields.items() if not (type(v) is Const and v.value is None)}, None, cls)
+        self.fields = dict(fields)
+
+
 class SetV(V):
     __slots__ = ("items",)
 

@@ -11,7 +11,7 @@ import types
 
 import torch
 
-from ..variables import (BoundV, Const, DictV, FuncV, ListV, MethodV, ObjV, SuperV, TensorV, TupleV, V)
+from ..variables import (BoundV, Const, DataDictV, DictV, FuncV, ListV, MethodV, ObjV, SuperV, TensorV, TupleV, V)
 from .record import record, run_fake
 from .session import Unsupported
 
@@ -36,6 +36,10 @@ def get_attr(f, obj: V, name: str) -> V:
         return _class_attr(f, obj, obj.cls, name)
     if isinstance(obj, SuperV):
         return _super_attr(f, obj, name)
+    if isinstance(obj, DataDictV):
+        if name in obj.fields:
+            return obj.fields[name]
+        return _class_attr(f, obj, obj.cls, name)
     if isinstance(obj, (ListV, TupleV, DictV)):
         kind = {ListV: list, TupleV: tuple, DictV: dict}[type(obj)]
         if hasattr(kind, name):
@@ -74,6 +78,11 @@ def _tensor_attr(f, obj: TensorV, name: str) -> V:
         return Const(run_fake(f.session, getattr, (fake, name), {}))
     if callable(getattr(torch.Tensor, name, None)):
         return MethodV(name, obj)
+    if not hasattr(torch.Tensor, name):  # hasattr(t, "jax") probes in library code
+        if obj.source is not None:
+            g = f.session.guards
+            g.add(obj.source, f"not hasattr({obj.source.expr}, {name!r})", f"{g.readable(obj.source)} has no .{name}")
+        raise AttrMissing(f"'Tensor' object has no attribute {name!r}")
     raise Unsupported(f"tensor attribute {name!r}")
 
 
@@ -94,6 +103,8 @@ def _const_attr(f, obj: Const, name: str) -> V:
                 return _sourced(f, found, source, name, value)
     if type(value).__getattribute__ is not object.__getattribute__ and not isinstance(value, torch.nn.Module):
         return _opaque_attr(f, obj, name)
+    if type(value).__module__ in _RECORD_MODULES:
+        return _opaque_attr(f, obj, name)
     return _class_attr(f, obj, type(value), name)
 
 
@@ -111,7 +122,14 @@ def _opaque_attr(f, obj: Const, name: str) -> V:
         found = getattr(obj.value, name)
     except AttributeError as e:
         raise AttrMissing(str(e)) from e
+    if isinstance(found, (types.BuiltinMethodType, types.MethodWrapperType)) and found.__self__ is obj.value:
+        return Const(found)  # a fresh bound method each time: guarding its identity would always fail
     return _sourced(f, found, obj.source, name, obj.value)
+
+
+# Objects of these standard-library modules are plain records (inspect.Signature, enum members,
+# dataclass fields): their attributes are read for real rather than by inlining stdlib code.
+_RECORD_MODULES = {"inspect", "enum", "dataclasses", "types"}
 
 
 def _type_attr(cls: type, name: str) -> V:

@@ -381,3 +381,19 @@ def _walk_source(f, mod_v: Const, qualname: str) -> V:
 for _m in ("parameters", "named_parameters", "buffers", "named_buffers", "children", "named_children",
            "modules", "named_modules"):
     BUILTINS[getattr(torch.nn.Module, _m)] = _module_walk(_m)
+
+
+@builtin(__import__("inspect").signature)
+def signature_(f, args, kwargs) -> V:
+    """``inspect.signature(fn)``: a record of a function known at capture time."""
+    import inspect
+    import types
+
+    fn = args[0]
+    if isinstance(fn, BoundV) and isinstance(fn.func, Const) and isinstance(fn.self_v, Const):
+        real = types.MethodType(fn.func.value, fn.self_v.value)
+    elif isinstance(fn, Const):
+        real = fn.value
+    else:
+        raise Unsupported(f"inspect.signature of a {type(fn).__name__}")
+    return Const(inspect.signature(real, **{k: realize_const(v) for k, v in kwargs.items()}))

@@ -8,6 +8,7 @@ pure functions of constants are folded; anything else is a graph break.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import os
 import sysconfig
@@ -18,20 +19,27 @@ import torch
 import tc_ir
 
 from .. import sources as S
-from ..variables import (BoundV, CellV, Const, DictV, ExitV, FuncV, GradModeV, IterV, ListV, MethodV, ObjV,
+from ..variables import (BoundV, CellV, Const, DataDictV, DictV, ExitV, FuncV, GradModeV, IterV, ListV, MethodV, ObjV,
                          SuperV, TensorV, TupleV, V, AutocastV)
 from .record import DATA_METHODS, record
 from .session import Unsupported
 
 _STDLIB = os.path.realpath(sysconfig.get_paths()["stdlib"])
 _TORCH_DIR = os.path.dirname(os.path.realpath(torch.__file__))
-_INLINE_TORCH = (os.path.join(_TORCH_DIR, "nn", "modules"),)
+_INLINE_TORCH = (os.path.join(_TORCH_DIR, "nn", "modules"),  # torch's modules' forwards
+                 os.path.join(_TORCH_DIR, "utils", "_contextlib.py"))  # @torch.no_grad() as a decorator
 _CO_ASYNC = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 _UNSAFE_TORCH = {"manual_seed", "seed", "save", "load", "set_default_dtype", "set_default_device",
                  "set_grad_enabled", "use_deterministic_algorithms", "set_printoptions", "compile",
                  "set_num_threads"}
-_TORCH_FALSE = {torch.jit.is_scripting, torch.jit.is_tracing, torch._C._get_tracing_state}
-_PURE_MODULES = {"math", "operator", "_operator", "builtins", "itertools", "functools", "string"}
+# Mode queries that model code branches on, answered as constants while capturing. Inside a
+# captured region we *are* compiling (library code then takes its compiler-friendly paths), but
+# not Dynamo and not exporting or scripting.
+_TORCH_CONSTANTS = {torch.jit.is_scripting: False, torch.jit.is_tracing: False, torch._C._get_tracing_state: None,
+                    torch.compiler.is_compiling: True, torch.compiler.is_dynamo_compiling: False,
+                    torch.compiler.is_exporting: False, torch._C._is_torch_function_mode_enabled: False,
+                    torch.is_inference_mode_enabled: False}
+_PURE_MODULES = {"math", "operator", "_operator", "builtins", "itertools", "functools", "string", "inspect"}
 
 
 def call_function(f, fn: V, args: list[V], kwargs: dict[str, V]) -> V:
@@ -64,8 +72,8 @@ def _call_const(f, fn: Const, args, kwargs) -> V:
         return capture_cond(f, args, kwargs)
     if isinstance(value, torch.nn.Module):
         return call_module(f, fn, args, kwargs)
-    if _hashable(value) and value in _TORCH_FALSE:
-        return Const(False)
+    if _hashable(value) and value in _TORCH_CONSTANTS:
+        return Const(_TORCH_CONSTANTS[value])
     if is_torch_callable(value):
         return torch_call(f, value, args, kwargs)
     if isinstance(value, types.FunctionType):
@@ -108,7 +116,14 @@ def _foldable(fn, args, kwargs) -> bool:
     if isinstance(fn, types.BuiltinFunctionType) and isinstance(receiver, (str, bytes, tuple, int, float, frozenset,
                                                                              torch.Size, torch.dtype, torch.device)):
         return True
+    if isinstance(fn, types.BuiltinMethodType) and isinstance(receiver, (dict, list, set, tuple, str)) \
+            and fn.__name__ in _READ_METHODS and not isinstance(receiver, torch.nn.Module):
+        return True  # a read of a registry-like container held by a global or an object
     return module in _PURE_MODULES and not any(isinstance(a.value, torch.Tensor) for a in args)
+
+
+_READ_METHODS = {"get", "keys", "values", "items", "__contains__", "__getitem__", "index", "count", "copy",
+                 "startswith", "endswith", "split", "join", "lower", "upper", "format", "replace", "strip"}
 
 
 # ---- torch ---------------------------------------------------------------------------------------
@@ -181,6 +196,8 @@ def construct(f, cls: type, args, kwargs) -> V:
         from .builtins_ import bind_namedtuple
 
         return bind_namedtuple(cls, args, kwargs)
+    if issubclass(cls, dict) and dataclasses.is_dataclass(cls) and hasattr(cls, "to_tuple"):
+        return _model_output(cls, args, kwargs)
     if issubclass(cls, torch.nn.Module):
         raise Unsupported(f"creating a module ({cls.__name__}) inside a captured function")
     if cls.__module__ in ("builtins", "torch") or cls.__module__.startswith("torch."):
@@ -195,6 +212,30 @@ def construct(f, cls: type, args, kwargs) -> V:
     if init is not object.__init__:
         call_function(f, BoundV(Const(init), obj), args, kwargs)
     return obj
+
+
+def _model_output(cls: type, args, kwargs) -> V:
+    """A Hugging Face ``ModelOutput``-style dataclass dict, built field by field.
+
+    Its ``__post_init__`` puts every field that is not ``None`` into the dict, in field order;
+    the odd case of one non-tensor first field (a dict or an iterable of pairs) is not modelled.
+    """
+    fields = [fd for fd in dataclasses.fields(cls) if fd.init]
+    values: dict[str, V] = dict(zip((fd.name for fd in fields), args))
+    values.update(kwargs)
+    for fd in fields:
+        if fd.name not in values:
+            if fd.default is not dataclasses.MISSING:
+                values[fd.name] = Const(fd.default)
+            elif fd.default_factory is not dataclasses.MISSING:
+                values[fd.name] = _const_v(fd.default_factory())
+            else:
+                raise Unsupported(f"{cls.__name__}() missing field {fd.name}")
+    first, rest = values[fields[0].name], [values[fd.name] for fd in fields[1:]]
+    if all(type(v) is Const and v.value is None for v in rest) and not isinstance(first, TensorV) \
+            and not (type(first) is Const and first.value is None):
+        raise Unsupported(f"{cls.__name__} built from one non-tensor value")
+    return DataDictV({fd.name: values[fd.name] for fd in fields}, cls)
 
 
 # ---- inlining ------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import operator
 
 import torch
 
-from ..variables import NULL_V, Const, DictV, IterV, ListV, ObjV, SetV, TensorV, TupleV, V
+from ..variables import NULL_V, Const, DataDictV, DictV, IterV, ListV, ObjV, SetV, TensorV, TupleV, V
 from .frame import handler
 from .pyops import (BINARY, UNARY, binary, compare, contains, fold, identity, items_of, realize_const,
                     unary)
@@ -127,6 +127,8 @@ def getitem(f, obj: V, key: V) -> V:
             return obj.items[k]
         except (IndexError, TypeError) as e:
             raise Unsupported(f"index {k!r}: {e}") from e
+    if isinstance(obj, DataDictV) and not isinstance(k, str):
+        return TupleV(list(obj.items.values()))[k] if isinstance(k, slice) else list(obj.items.values())[k]
     if isinstance(obj, DictV):
         if k not in obj.items:
             raise Unsupported(f"key {k!r} is not in the dict")
