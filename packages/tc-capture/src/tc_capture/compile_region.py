@@ -13,6 +13,7 @@ import tc_ir
 
 from . import sources as S
 from .codegen import Rebuild, generate_runner
+from .export_meta import returns_spec, user_input
 from .guards import compile_guards
 from .interp import BreakHere, Frame, Session, Stop, Unsupported
 from .interp.session import UNBOUND
@@ -109,7 +110,8 @@ def capture_region(code, globals_, F, C, offset: int, nargs: int, fullgraph: boo
     raise RuntimeError("tc_capture: capture did not settle")
 
 
-def build_entry(code, globals_, session: Session, out, brk: Break | None, backend, name: str) -> Entry:
+def build_entry(code, globals_, session: Session, out, brk: Break | None, backend, name: str,
+                offset: int = 0) -> Entry:
     graph = session.graph
     gated = [(n, s, v) for n, s, v in session.inputs if s.gated]
     plain = [(n, s, v) for n, s, v in session.inputs if not s.gated]
@@ -132,6 +134,8 @@ def build_entry(code, globals_, session: Session, out, brk: Break | None, backen
     rb.lines.append(f"R = {result}")
     rb.side_effects(session)
     result = "R"
+    if offset == 0 and not isinstance(out, Stop):
+        _export_meta(code, graph, out, rb.outputs, plain + gated)
     graph.output(tuple(rb.outputs))
     guard, why, guard_src, ms, root_key = compile_guards(session.guards, [s.expr for _, s, _ in gated], globals_)
     compiled = None
@@ -148,6 +152,16 @@ def build_entry(code, globals_, session: Session, out, brk: Break | None, backen
         log_breaks.debug("graph break in %s at %s:%s: %s", code.co_name, brk.filename, brk.lineno, brk.reason)
     return Entry(guard, why, run, graph if graph.calls else None, session.guards.descriptions(), guard_src,
                  run_src, break_ip, [brk] if brk else [], kw_names)
+
+
+def _export_meta(code, graph: tc_ir.Graph, out, outputs: list, inputs: list) -> None:
+    """Return structure and input provenance of a frame captured whole (see ``export_meta``)."""
+    try:
+        graph.meta["returns"] = returns_spec(out, outputs)
+    except TypeError:
+        return
+    graph.meta["user_inputs"] = [user_input(s, v) for _, s, v in inputs]
+    graph.meta["arg_names"] = list(code.co_varnames[:count_args(code)])
 
 
 def _log_graph(graph: tc_ir.Graph) -> None:

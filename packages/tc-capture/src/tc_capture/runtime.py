@@ -88,7 +88,7 @@ class FrameCache:
         name = f"{self.code.co_name}_{offset}_{n}" if offset else f"{self.code.co_name}_{n}"
         with COMPILING:
             session, out, brk = capture_region(self.code, self.globals, F, C, offset, self.nargs, self.fullgraph, name)
-            return build_entry(self.code, self.globals, session, out, brk, self.backend, name)
+            return build_entry(self.code, self.globals, session, out, brk, self.backend, name, offset)
 
     def _log_recompile(self, existing, offset, F, C) -> None:
         if log_recompiles.isEnabledFor(10):
