@@ -157,10 +157,10 @@ def build_entry(code, globals_, session: Session, out, brk: Break | None, backen
 def _export_meta(code, graph: tc_ir.Graph, out, outputs: list, inputs: list) -> None:
     """Return structure and input provenance of a frame captured whole (see ``export_meta``)."""
     try:
-        graph.meta["returns"] = returns_spec(out, outputs)
-    except TypeError:
-        return
-    graph.meta["user_inputs"] = [user_input(s, v) for _, s, v in inputs]
+        returns, user_inputs = returns_spec(out, outputs), [user_input(s, v) for _, s, v in inputs]
+    except (TypeError, ValueError, SyntaxError):
+        return  # described only where every piece can be; export reports the gap
+    graph.meta["returns"], graph.meta["user_inputs"] = returns, user_inputs
     graph.meta["arg_names"] = list(code.co_varnames[:count_args(code)])
 
 

@@ -20,15 +20,11 @@ case):
 from __future__ import annotations
 
 import ast
-import re
 from typing import Any
 
 import torch
 
 from .variables import Const, DataDictV, DictV, ListV, ObjV, TensorV, TupleV, V
-
-_STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[((?:[^\[\]]|\[[^\]]*\])+)\]")
-
 
 def returns_spec(v: V, outputs: list) -> Any:
     """The structure of ``v`` over graph outputs; graph inputs returned as they are join ``outputs``."""
@@ -80,26 +76,31 @@ def rebuild_returns(spec: Any, outputs) -> Any:
 
 def user_input(source, example: Any) -> tuple:
     """What one graph input is, from its source expression (see the module docstring)."""
+    base, keys = _path(ast.parse(source.expr, mode="eval").body)
     if source.gated:
-        name = ".".join(_keys(source.expr[len(source.root.expr):]))
+        _, root_keys = _path(ast.parse(source.root.expr, mode="eval").body)
+        name = ".".join(str(k) for k in keys[len(root_keys):])
         return ("param" if isinstance(example, torch.nn.Parameter) else "buffer", name)
-    m = re.match(r"F\[(\d+)\]", source.expr)
-    if m:
-        return ("arg", (int(m.group(1)), *_keys(source.expr[m.end():])))
-    m = re.match(r"G\[('[^']*')\]$", source.expr)
-    if m:
-        return ("global", ast.literal_eval(m.group(1)))
-    if re.match(r"C\[\d+\]\.cell_contents$", source.expr):
+    if base[0] == "F":
+        return ("arg", (base[1], *keys))
+    if base[0] == "G" and not keys:
+        return ("global", base[1])
+    if base[0] == "C" and keys == ["cell_contents"]:
         return ("closure", source.name)
     return ("other", source.expr)
 
 
-def _keys(rest: str) -> list:
-    keys, pos = [], 0
-    while pos < len(rest):
-        m = _STEP.match(rest, pos)
-        if m is None:
-            raise ValueError(f"cannot read the path {rest!r}")
-        keys.append(m.group(1) if m.group(1) is not None else ast.literal_eval(m.group(2)))
-        pos = m.end()
-    return keys
+def _path(node) -> tuple[tuple, list]:
+    """``F[1].a[0]`` -> (("F", 1), ["a", 0]); ``getattr(x, 'n')`` is ``x.n``."""
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+        return (node.value.id, ast.literal_eval(node.slice)), []
+    if isinstance(node, ast.Attribute):
+        base, keys = _path(node.value)
+        return base, keys + [node.attr]
+    if isinstance(node, ast.Subscript):
+        base, keys = _path(node.value)
+        return base, keys + [ast.literal_eval(node.slice)]
+    if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "getattr":
+        base, keys = _path(node.args[0])
+        return base, keys + [ast.literal_eval(node.args[1])]
+    raise ValueError(f"cannot read the path {ast.unparse(node)!r}")

@@ -24,9 +24,22 @@ def op_build_list(f, inst):
     f.push(ListV(f.popn(inst.arg)))
 
 
+def set_add(items: list, v: V) -> None:
+    """Add to a set's items: constants equal to one already there, or the same value, are dropped."""
+    if isinstance(v, Const):
+        if any(isinstance(x, Const) and x.value == v.value for x in items):
+            return
+    elif any(x is v for x in items):
+        return
+    items.append(v)
+
+
 @handler("BUILD_SET")
 def op_build_set(f, inst):
-    f.push(SetV(f.popn(inst.arg)))
+    s = SetV([])
+    for v in f.popn(inst.arg):
+        set_add(s.items, v)
+    f.push(s)
 
 
 @handler("BUILD_MAP")
@@ -63,7 +76,7 @@ def op_list_append(f, inst):
 @handler("SET_ADD")
 def op_set_add(f, inst):
     v = f.pop()
-    f.stack[-inst.arg].items.append(v)
+    set_add(f.stack[-inst.arg].items, v)
 
 
 @handler("MAP_ADD")
@@ -72,10 +85,18 @@ def op_map_add(f, inst):
     f.stack[-inst.arg].items[realize_const(key)] = value
 
 
-@handler("LIST_EXTEND", "SET_UPDATE")
+@handler("LIST_EXTEND")
 def op_list_extend(f, inst):
     v = f.pop()
     f.stack[-inst.arg].items.extend(items_of(f, v))
+
+
+@handler("SET_UPDATE")
+def op_set_update(f, inst):
+    v = f.pop()
+    target = f.stack[-inst.arg]
+    for item in items_of(f, v):
+        set_add(target.items, item)
 
 
 @handler("DICT_UPDATE", "DICT_MERGE")
