@@ -13,10 +13,23 @@ from . import passes
 from .joint import trace
 from .partition import Partition
 from .partition import partition as split
-from .runtime import InferenceRunner, TrainingRunner
+from .runtime import InferenceRunner, TrainingRunner, WrongVariant
 
+INFERENCE = "inference"  # the variant key when nothing is differentiated
 Compiler = Callable[[tc_ir.Graph, Sequence[Any]], Callable]
 log = tc_ir.logs.get_logger("aot")
+
+
+def _any_requires_grad_slow(*values: Any) -> bool:
+    return any(isinstance(v, torch.Tensor) and v.requires_grad for v in values)
+
+
+_any_requires_grad = getattr(torch._C, "_any_requires_grad", _any_requires_grad_slow)
+
+
+def any_requires_grad(inputs: Sequence[Any]) -> bool:
+    """One C-level pass (stops at the first tensor requiring grad)."""
+    return _any_requires_grad(*inputs)
 
 
 def interpret_compiler(graph: tc_ir.Graph, example_inputs: Sequence[Any]) -> Callable:
@@ -40,8 +53,9 @@ def _show(stage: str, graph: tc_ir.Graph) -> None:
 class Compiled:
     """One traced variant: the graphs made for one pattern of (grad mode, requires_grad)."""
 
-    def __init__(self, graph: tc_ir.Graph, inputs: Sequence[Any], training: bool, options: dict):
-        traced = trace(graph, inputs, options["decompositions"], training)
+    def __init__(self, graph: tc_ir.Graph, inputs: Sequence[Any], key: Any, options: dict):
+        self.key = key
+        traced = trace(graph, inputs, options["decompositions"], key is not INFERENCE)
         traced.graph = passes.clean(traced.graph)
         self.traced = traced
         self.partition: Partition | None = None
@@ -54,7 +68,7 @@ class Compiled:
             forward = options["fw_compiler"](self.partition.forward, list(inputs))
             bw_examples = [example_of(n.spec) for n in self.partition.backward.inputs]
             backward = options["bw_compiler"](self.partition.backward, bw_examples)
-            self.runner: Any = TrainingRunner(traced, forward, backward, len(self.partition.saved))
+            self.runner: Any = TrainingRunner(traced, forward, backward, len(self.partition.saved), key)
         else:
             _show("inference", traced.graph)
             self.runner = InferenceRunner(traced, options["fw_compiler"](traced.graph, list(inputs)))
@@ -69,21 +83,43 @@ class AOTFunction:
 
     def __init__(self, graph: tc_ir.Graph, options: dict):
         self.graph, self.options = graph, options
-        self.variants: dict[tuple, Compiled] = {}
+        self.num_inputs = len(graph.inputs)
+        self.variants: dict[Any, Compiled] = {}
         self.last: Compiled | None = None
 
+    def key(self, inputs: Sequence[Any]) -> Any:
+        """The variant key: ``INFERENCE``, or which inputs require grad (a tuple of bools)."""
+        if not torch.is_grad_enabled() or not any_requires_grad(inputs):
+            return INFERENCE
+        return tuple(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs)
+
     def variant(self, inputs: Sequence[Any]) -> Compiled:
-        tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
-        training = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
-        key = (training,) + tuple(training and isinstance(t, torch.Tensor) and t.requires_grad for t in inputs)
-        if key not in self.variants:
-            self.variants[key] = Compiled(self.graph, inputs, training, self.options)
-        self.last = self.variants[key]
-        return self.last
+        key = self.key(inputs)
+        compiled = self.variants.get(key)
+        if compiled is None:
+            compiled = self.variants[key] = Compiled(self.graph, inputs, key, self.options)
+        self.last = compiled
+        return compiled
 
     def __call__(self, *inputs: Any) -> Any:
-        if len(inputs) != len(self.graph.inputs):
-            raise TypeError(f"tc_autograd: graph {self.graph.name} takes {len(self.graph.inputs)} inputs, got {len(inputs)}")
+        """Run the variant of the last call when it still fits, without building a key.
+
+        A training variant checks its fit for free: inside ``autograd.Function.forward``,
+        ``ctx.needs_input_grad`` (computed by autograd anyway) must equal its requires-grad
+        pattern, or it raises :class:`WrongVariant` before running anything.
+        """
+        if len(inputs) != self.num_inputs:
+            raise TypeError(f"tc_autograd: graph {self.graph.name} takes {self.num_inputs} inputs, got {len(inputs)}")
+        last = self.last
+        if last is not None:
+            if last.key is not INFERENCE:
+                if torch.is_grad_enabled():
+                    try:
+                        return last.runner(inputs)
+                    except WrongVariant:
+                        pass
+            elif not torch.is_grad_enabled() or not any_requires_grad(inputs):
+                return last.runner(inputs)
         return self.variant(inputs).runner(inputs)
 
     # ---- reading --------------------------------------------------------------------------

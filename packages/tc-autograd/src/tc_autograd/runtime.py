@@ -13,20 +13,20 @@ from typing import Any
 
 import torch
 
-import tc_ir
-
 from .joint import OutputLeaf, Traced
 
 DOUBLE_BACKWARD = ("tc_autograd: double backward (or create_graph=True) through a compiled region "
                    "is not supported; run this region eagerly to differentiate twice")
 
 
-def no_ambient_autocast() -> contextlib.ExitStack:
+def no_ambient_autocast() -> contextlib.AbstractContextManager:
     """Compiled graphs already hold their casts; an autocast around the call must not add more."""
+    on = [d for d in ("cpu", "cuda") if torch.is_autocast_enabled(d)]
+    if not on:
+        return contextlib.nullcontext()
     stack = contextlib.ExitStack()
-    for device in ("cpu", "cuda"):
-        if torch.is_autocast_enabled(device):
-            stack.enter_context(torch.autocast(device, enabled=False))
+    for device in on:
+        stack.enter_context(torch.autocast(device, enabled=False))
     return stack
 
 
@@ -38,22 +38,51 @@ def copy_back(inputs: Sequence[Any], positions: list[int], values: Sequence[torc
             target.copy_(value)
 
 
-def rebuild(plan: Any, inputs: Sequence[Any], outputs: Sequence[Any]) -> Any:
-    """The user's output structure from the plan's leaves."""
-    def leaf(entry: OutputLeaf) -> Any:
-        kind = entry.kind
-        if kind == "graph":
-            return outputs[entry.args[0]]
-        if kind == "input":
-            return inputs[entry.args[0]]
-        if kind == "input_view":
-            i, size, stride, offset, requires_grad = entry.args
-            base = inputs[i]
-            view = base.as_strided(size, stride, base.storage_offset() + offset)
-            return view if requires_grad or not view.requires_grad else view.detach()
-        return entry.args[0]
+def input_view(base: torch.Tensor, size: tuple, stride: tuple, offset: int, requires_grad: bool) -> torch.Tensor:
+    """An output that aliases an input, rebuilt as a real view of it."""
+    view = base.as_strided(size, stride, base.storage_offset() + offset)
+    return view if requires_grad or not view.requires_grad else view.detach()
 
-    return tc_ir.map_structure(plan, lambda v: leaf(v) if isinstance(v, OutputLeaf) else v)
+
+def make_rebuild(plan: Any) -> tuple[Callable[[Sequence[Any], Sequence[Any]], Any], str]:
+    """A generated function ``rebuild(inputs, values)`` giving the user's output structure.
+
+    The plan is fixed per variant, so walking it on every call (closures, isinstance checks)
+    is replaced by one straight-line expression; returns the function and its source.
+    """
+    names: dict[str, Any] = {"input_view": input_view}
+
+    def constant(value: Any) -> str:
+        names[f"c{len(names)}"] = value
+        return f"c{len(names) - 1}"
+
+    def expr(v: Any) -> str:
+        if isinstance(v, OutputLeaf):
+            if v.kind == "graph":
+                return f"values[{v.args[0]}]"
+            if v.kind == "input":
+                return f"inputs[{v.args[0]}]"
+            if v.kind == "input_view":
+                i, *rest = v.args
+                return f"input_view(inputs[{i}], {', '.join(map(repr, rest))})"
+            return constant(v.args[0])
+        if isinstance(v, tuple) and hasattr(v, "_fields"):
+            return f"{constant(type(v))}({', '.join(map(expr, v))})"
+        if isinstance(v, tuple):
+            return f"({''.join(expr(x) + ', ' for x in v)})"
+        if isinstance(v, list):
+            return f"[{', '.join(map(expr, v))}]"
+        if isinstance(v, dict):
+            return "{" + ", ".join(f"{constant(k)}: {expr(x)}" for k, x in v.items()) + "}"
+        return constant(v)
+
+    source = f"def rebuild(inputs, values):\n    return {expr(plan)}\n"
+    exec(compile(source, "<tc_autograd rebuild>", "exec"), names)
+    return names["rebuild"], source
+
+
+class WrongVariant(Exception):
+    """A training variant was called with inputs whose requires-grad pattern is not its own."""
 
 
 class InferenceRunner:
@@ -61,52 +90,95 @@ class InferenceRunner:
 
     def __init__(self, traced: Traced, forward: Callable):
         self.traced, self.forward = traced, forward
+        self.rebuild, self.rebuild_source = make_rebuild(traced.plan)
+        self.mutated, self.num_user = traced.mutated_inputs, traced.num_user_outputs
 
     def __call__(self, inputs: Sequence[Any]) -> Any:
-        with torch.no_grad(), no_ambient_autocast():
-            values = self.forward(*inputs)
-        n = self.traced.num_user_outputs
-        copy_back(inputs, self.traced.mutated_inputs, values[n:])
-        return rebuild(self.traced.plan, inputs, values[:n])
+        grad = torch.is_grad_enabled()
+        if grad:
+            torch._C._set_grad_enabled(False)
+        try:
+            with no_ambient_autocast():
+                values = self.forward(*inputs)
+        finally:
+            if grad:
+                torch._C._set_grad_enabled(True)
+        if self.mutated:
+            copy_back(inputs, self.mutated, values[self.num_user:])
+        return self.rebuild(inputs, values)
 
 
 class TrainingRunner:
     """Forward and backward graphs joined by a ``torch.autograd.Function``."""
 
-    def __init__(self, traced: Traced, forward: Callable, backward: Callable, num_saved: int):
+    def __init__(self, traced: Traced, forward: Callable, backward: Callable, num_saved: int, pattern: tuple):
         self.traced, self.num_saved = traced, num_saved
-        self.function = _make_function(traced, forward, backward, num_saved)
+        self.function = _make_function(traced, forward, backward, pattern)
+        self.apply = _direct_apply(self.function)
+        self.rebuild, self.rebuild_source = make_rebuild(traced.plan)
+        self.mutated, self.num_user = traced.mutated_inputs, traced.num_user_outputs
 
     def __call__(self, inputs: Sequence[Any]) -> Any:
-        values = self.function.apply(*inputs)
-        n = self.traced.num_user_outputs
-        copy_back(inputs, self.traced.mutated_inputs, values[n:])
-        return rebuild(self.traced.plan, inputs, values[:n])
+        if torch._C._are_functorch_transforms_active():
+            values = self.function.apply(*inputs)
+        else:
+            values = self.apply(*inputs)
+        if self.mutated:
+            copy_back(inputs, self.mutated, values[self.num_user:])
+        return self.rebuild(inputs, values)
 
 
-def _make_function(traced: Traced, forward: Callable, backward: Callable, num_saved: int) -> type:
+def _direct_apply(function: type) -> Callable:
+    """``function.apply`` without the Python wrapper's per-call work (``inspect`` checks and a
+    walk over every argument for dead functorch wrappers, which costs ~0.2 µs per input); used
+    only while no functorch transform is active, as that wrapper itself does."""
+    base = getattr(torch._C._FunctionBase, "__dict__", {}).get("apply")
+    return base.__get__(None, function) if base is not None else function.apply
+
+
+def _grad_scatter(grad_inputs: list[int], num_inputs: int) -> Callable[[Sequence[Any]], tuple]:
+    """A generated ``scatter(grads)``: the backward's grads placed at their inputs' positions."""
+    where = dict(zip(grad_inputs, range(len(grad_inputs))))
+    items = "".join((f"grads[{where[i]}], " if i in where else "None, ") for i in range(num_inputs))
+    names: dict[str, Any] = {}
+    exec(compile(f"def scatter(grads):\n    return ({items})\n", "<tc_autograd scatter>", "exec"), names)
+    return names["scatter"]
+
+
+def _make_function(traced: Traced, forward: Callable, backward: Callable, pattern: tuple) -> type:
     num_values = len(traced.differentiable)
+    non_differentiable = [k for k, d in enumerate(traced.differentiable) if not d]
+    differentiable = [k for k, d in enumerate(traced.differentiable) if d]
+    all_differentiable = not non_differentiable
+    mutated = traced.mutated_inputs
+    scatter = _grad_scatter(traced.grad_inputs, len(pattern))
 
     class CompiledFunction(torch.autograd.Function):
         @staticmethod
         def forward(ctx, *inputs):
+            if ctx.needs_input_grad != pattern:  # which inputs need grad decides the graphs
+                raise WrongVariant
             with no_ambient_autocast():
                 results = forward(*inputs)
             values, saved = tuple(results[:num_values]), results[num_values:]
-            ctx.save_for_backward(*_protect_from_copy_back(saved, [inputs[i] for i in traced.mutated_inputs]))
-            ctx.num_inputs = len(inputs)
-            ctx.mark_non_differentiable(*[v for v, d in zip(values, traced.differentiable) if not d])
+            if mutated:
+                saved = _protect_from_copy_back(saved, [inputs[i] for i in mutated])
+            ctx.save_for_backward(*saved)
+            if non_differentiable:
+                ctx.mark_non_differentiable(*[values[k] for k in non_differentiable])
             return values
 
         @staticmethod
         def backward(ctx, *cotangents):
             if torch.is_grad_enabled():
                 raise RuntimeError(DOUBLE_BACKWARD)
-            tangents = [c.contiguous() for c, d in zip(cotangents, traced.differentiable) if d]
+            if all_differentiable:
+                tangents = [c.contiguous() for c in cotangents]
+            else:
+                tangents = [cotangents[k].contiguous() for k in differentiable]
             with no_ambient_autocast():
                 grads = backward(*ctx.saved_tensors, *tangents)
-            by_input = dict(zip(traced.grad_inputs, grads))
-            return tuple(by_input.get(i) for i in range(ctx.num_inputs))
+            return scatter(grads)
 
     return CompiledFunction
 
