@@ -17,7 +17,8 @@ from .session import Unsupported
 
 _MODULE_DICTS = ("_parameters", "_buffers", "_modules")
 _TENSOR_META = {"shape", "dtype", "device", "ndim", "requires_grad", "is_cuda", "is_leaf", "layout",
-                "is_sparse", "is_quantized", "is_meta", "is_complex", "names", "itemsize", "nbytes"}
+                "is_sparse", "is_quantized", "is_meta", "is_complex", "names", "itemsize", "nbytes", "is_nested",
+                "is_mkldnn", "is_cpu", "is_xpu", "is_mps", "is_sparse_csr"}
 
 
 class AttrMissing(Unsupported):
