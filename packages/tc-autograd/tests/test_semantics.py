@@ -239,3 +239,43 @@ def test_output_structure_matches_the_interpreter():
     want = tc_ir.interpret(graph, [x, y])
     assert tc_ir.map_structure(got, type) == tc_ir.map_structure(want, type)
     torch.testing.assert_close(got, want)
+
+
+def returns_views_of_each_other(x):
+    y = x * 2
+    return y, y.view(-1), y[1:].t(), y.detach()
+
+
+def views_of_an_intermediate(x):
+    y = torch.sin(x)
+    return y[0], y[1:]
+
+
+def views_then_a_write(x):
+    y = x + 1
+    v = y.view(-1)
+    y.mul_(3)
+    return v, y
+
+
+@pytest.mark.parametrize("fn", [returns_views_of_each_other, views_of_an_intermediate, views_then_a_write])
+@pytest.mark.parametrize("grad", [True, False])
+def test_outputs_aliasing_each_other_match_eager(fn, grad):
+    check(lambda: fn, lambda: [torch.randn(3, 4)], grad=grad)
+
+
+@pytest.mark.parametrize("grad", [True, False])
+def test_outputs_aliasing_each_other_are_views(grad):
+    x = torch.randn(3, 4, requires_grad=grad)
+    with torch.set_grad_enabled(grad):
+        y, flat, tail, detached = compile_fn(returns_views_of_each_other, x)(x)
+        first, rest = compile_fn(views_of_an_intermediate, x)(x)
+    assert flat._base is y and tail._base is y and detached.data_ptr() == y.data_ptr()
+    assert rest.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
+    assert detached.requires_grad is False and flat.requires_grad is grad
+    with torch.no_grad():
+        y[2, 3] = 100.0
+    assert flat[11] == 100.0 and tail[3, 1] == 100.0 and detached[2, 3] == 100.0
+    if grad:
+        (flat.sum() + 2 * tail.sum()).backward()
+        torch.testing.assert_close(x.grad, torch.tensor([[2.0] * 4, [6.0] * 4, [6.0] * 4]))

@@ -32,6 +32,7 @@ class Storage:
     value: tc_ir.Node
     input_index: int | None = None
     version: int = 0
+    root: Any = None  # the fake tensor that owns the whole block (its layout is the value's)
 
 
 @attrs.frozen
@@ -199,7 +200,7 @@ class AliasTable:
         return self.aliases[id(t)]
 
     def fresh(self, t: torch.Tensor, node: tc_ir.Node, input_index: int | None = None) -> None:
-        self._set(t, Alias(Storage(node, input_index), (), node, 0))
+        self._set(t, Alias(Storage(node, input_index, root=t), (), node, 0))
 
     def view(self, t: torch.Tensor, base: torch.Tensor, step: View, node: tc_ir.Node) -> None:
         parent = self.alias(base)

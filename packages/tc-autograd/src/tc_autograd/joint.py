@@ -26,7 +26,8 @@ from .trace import Recorder, clean_spec, interpret_unwrapped
 @attrs.frozen
 class OutputLeaf:
     """How the runtime produces one output: ``graph`` (k-th graph value), ``input`` (the input
-    itself), ``input_view`` (a view of an input, as size/stride/offset) or ``value`` (a constant)."""
+    itself), ``input_view`` (a view of an input, as size/stride/offset), ``output_view`` (a view
+    of the k-th graph value, for outputs aliasing each other) or ``value`` (a constant)."""
 
     kind: str
     args: tuple
@@ -71,8 +72,9 @@ def _fake_inputs(mode: FakeTensorMode, graph: tc_ir.Graph, rec: Recorder, inputs
 
 
 def _plan_leaf(value: Any, rec: Recorder, fakes: list[Any], nodes: list[tc_ir.Node],
-               tensors: list[torch.Tensor]) -> OutputLeaf:
-    """How the runtime produces one output: from the graph, as a view of an input, or a constant."""
+               tensors: list[torch.Tensor], shared: set[int]) -> OutputLeaf:
+    """How the runtime produces one output: from the graph, as a view of an input or of another
+    output, or a constant."""
     if not isinstance(value, torch.Tensor):
         return OutputLeaf("value", (value,))
     alias = rec.table.alias(value) if value in rec.table else None
@@ -82,12 +84,41 @@ def _plan_leaf(value: Any, rec: Recorder, fakes: list[Any], nodes: list[tc_ir.No
             return OutputLeaf("input", (i,))
         offset = value.storage_offset() - fakes[i].storage_offset()
         return OutputLeaf("input_view", (i, tuple(value.shape), tuple(value.stride()), offset, value.requires_grad))
+    if alias is not None and id(alias.storage) in shared and value is not alias.storage.root:
+        root = alias.storage.root
+        offset = value.storage_offset() - root.storage_offset()
+        k = _graph_value(root, rec, nodes, tensors)
+        return OutputLeaf("output_view", (k, tuple(value.shape), tuple(value.stride()), offset, value.requires_grad))
+    return OutputLeaf("graph", (_graph_value(value, rec, nodes, tensors),))
+
+
+def _graph_value(value: torch.Tensor, rec: Recorder, nodes: list[tc_ir.Node], tensors: list[torch.Tensor]) -> int:
     for k, seen in enumerate(tensors):
         if seen is value:
-            return OutputLeaf("graph", (k,))
+            return k
     tensors.append(value)
     nodes.append(rec.node_of(value))
-    return OutputLeaf("graph", (len(nodes) - 1,))
+    return len(nodes) - 1
+
+
+def _shared_storages(outs: Any, rec: Recorder) -> set[int]:
+    """Storages (by id) that two or more distinct outputs view: those come back as views of
+    one graph output, the storage's whole value, so they alias each other as in eager. A block
+    whose current value is laid out differently from its owner is left alone (it cannot be)."""
+    seen: dict[int, set[int]] = {}
+    for value in tc_ir.leaves(outs):
+        if isinstance(value, torch.Tensor) and value in rec.table:
+            storage = rec.table.alias(value).storage
+            if storage.input_index is None and storage.root is not None:
+                seen.setdefault(id(storage), set()).add(id(value))
+    storages = {id(a.storage): a.storage for a in rec.table.aliases.values()}
+    return {sid for sid, members in seen.items() if len(members) > 1 and _same_layout(storages[sid])}
+
+
+def _same_layout(storage: Any) -> bool:
+    spec = storage.value.spec
+    root = storage.root
+    return isinstance(spec, tc_ir.TensorSpec) and spec.stride == tuple(root.stride()) and spec.shape == tuple(root.shape)
 
 
 def trace(graph: tc_ir.Graph, inputs: Sequence[Any], decompositions: dict | None, training: bool) -> Traced:
@@ -101,7 +132,8 @@ def trace(graph: tc_ir.Graph, inputs: Sequence[Any], decompositions: dict | None
         outs = interpret_unwrapped(bind_higher_order(graph, rec), fakes)
     nodes: list[tc_ir.Node] = []
     tensors: list[torch.Tensor] = []
-    plan = tc_ir.map_structure(outs, lambda v: _plan_leaf(v, rec, fakes, nodes, tensors))
+    shared = _shared_storages(outs, rec)
+    plan = tc_ir.map_structure(outs, lambda v: _plan_leaf(v, rec, fakes, nodes, tensors, shared))
     mutated = [s.input_index for s in rec.table.mutated_inputs()]
     values = nodes + [rec.table.read(fakes[i]) for i in mutated]
     fw_fakes = tensors + [fakes[i] for i in mutated]

@@ -39,7 +39,7 @@ def copy_back(inputs: Sequence[Any], positions: list[int], values: Sequence[torc
 
 
 def input_view(base: torch.Tensor, size: tuple, stride: tuple, offset: int, requires_grad: bool) -> torch.Tensor:
-    """An output that aliases an input, rebuilt as a real view of it."""
+    """An output that aliases an input (or another output), rebuilt as a real view of it."""
     view = base.as_strided(size, stride, base.storage_offset() + offset)
     return view if requires_grad or not view.requires_grad else view.detach()
 
@@ -62,9 +62,10 @@ def make_rebuild(plan: Any) -> tuple[Callable[[Sequence[Any], Sequence[Any]], An
                 return f"values[{v.args[0]}]"
             if v.kind == "input":
                 return f"inputs[{v.args[0]}]"
-            if v.kind == "input_view":
+            if v.kind in ("input_view", "output_view"):
                 i, *rest = v.args
-                return f"input_view(inputs[{i}], {', '.join(map(repr, rest))})"
+                base = "inputs" if v.kind == "input_view" else "values"
+                return f"input_view({base}[{i}], {', '.join(map(repr, rest))})"
             return constant(v.args[0])
         if isinstance(v, tuple) and hasattr(v, "_fields"):
             return f"{constant(type(v))}({', '.join(map(expr, v))})"
