@@ -17,3 +17,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_grad_mode():
+    """Fail the test that leaves grad mode changed, and restore it so later tests stay honest."""
+    before = torch.is_grad_enabled()
+    yield
+    after = torch.is_grad_enabled()
+    torch.set_grad_enabled(before)
+    assert after == before, f"test left grad mode {'on' if after else 'off'}"
