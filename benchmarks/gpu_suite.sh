@@ -10,7 +10,7 @@ OUT="${OUT:-bench_out}"; mkdir -p "$OUT"
 what="${1:-all}"
 python3 -c "import sys, torch, triton; print(sys.version.split()[0], torch.__version__, triton.__version__, torch.cuda.get_device_name())"
 if [ "$what" = tests ] || [ "$what" = all ]; then
-  python3 -m pytest -p no:cacheprovider -x -q -m cuda packages tests 2>&1 | tee "$OUT/cuda_tests.log" | tail -40
+  timeout 420 python3 -m pytest -p no:cacheprovider -q -m cuda packages tests 2>&1 | tee "$OUT/cuda_tests.log" | tail -40
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   for b in benchmarks/kernels.py benchmarks/overhead.py; do
