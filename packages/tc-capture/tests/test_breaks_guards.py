@@ -192,3 +192,79 @@ def test_explain_reads_well():
     r = tc_capture.explain(brk_print, torch.randn(3))
     text = str(r)
     assert "graphs: 2, graph breaks: 1" in text and "print" in text and r.ops_per_graph == [1, 1]
+
+
+# ---- breaks in loops past the recompile limit: the rest of the frame resumes natively ---------------
+def _loop_item(x, n):
+    acc = []
+    for i in range(n):
+        x = x * 1.01 + i
+        acc.append(x.sum().item())  # a break in every iteration
+    try:
+        z = acc[n]  # IndexError, caught in the natively resumed code
+    except IndexError:
+        z = -1
+    return x, acc, z
+
+
+def _loop_with_null_on_stack(x, n):
+    out = []
+    for i in range(n):
+        out.append(max(i, len(str(x.sum().item())) * 0))  # stack: NULL, max, i at the break
+    return x + len(out), out
+
+
+def _loop_in_no_grad(x, n):
+    with torch.no_grad():
+        for i in range(n):
+            x = x + 1
+            print("step", i)
+        y = x * 2
+    return y, torch.is_grad_enabled()
+
+
+def _make_closure_loop():
+    scale = 3.0
+
+    def loop(x, n):
+        total = x
+        for i in range(n):
+            total = total * scale / 3.0 + i
+            print(i)
+        if n > 100:
+            del total
+            return None
+        return total
+
+    return loop
+
+
+@pytest.mark.parametrize("fn", [_loop_item, _loop_with_null_on_stack, _loop_in_no_grad, _make_closure_loop()],
+                         ids=["item", "null_on_stack", "no_grad", "closure"])
+def test_break_in_long_loop_resumes_natively(fn, monkeypatch, capsys):
+    from tc_capture import runtime
+
+    natively = []
+    real = runtime.resume_natively
+    monkeypatch.setattr(runtime, "resume_natively", lambda *a: natively.append(a[3]) or real(*a))
+    f = tc_capture.optimize(tc_capture.interpret_backend, recompile_limit=3)(fn)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for n in (2, 12, 12, 7):
+            x = torch.randn(4, requires_grad=True)
+            tree_close(fn(x, n), f(x, n))
+    assert natively, "the limit was never hit"
+
+
+def test_native_resume_keeps_exceptions_and_locations():
+    from tc_capture.native_resume import _resume_function
+    import dis as _dis
+
+    code = _loop_item.__code__
+    offsets = [i.offset for i in _dis.get_instructions(code) if i.opname == "JUMP_BACKWARD"]
+    made = _resume_function(code, offsets[0], (1,), ())
+    entries = _dis._parse_exception_table(made)
+    shift = len(made.co_code) - len(code.co_code)
+    assert [(e.start - shift, e.end - shift, e.target - shift) for e in entries] == \
+        [(e.start, e.end, e.target) for e in _dis._parse_exception_table(code)]
+    assert [p for p in made.co_positions()][shift // 2:] == list(code.co_positions())

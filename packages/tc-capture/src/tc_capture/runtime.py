@@ -8,6 +8,7 @@ points past the recompile limit run in Python to the end of the frame.
 
 from __future__ import annotations
 
+import dis
 import threading
 import warnings
 
@@ -15,6 +16,7 @@ import tc_ir
 
 from .compile_region import Entry, build_entry, capture_region, count_args
 from .concrete import CFrame
+from .native_resume import resume_natively
 
 log_recompiles = tc_ir.logs.get_logger("recompiles")
 _tls = threading.local()
@@ -114,17 +116,46 @@ class FrameCache:
             return out
         return self._continue(entry, out)
 
+    def _give_up(self, frame: CFrame, offset: int, F, C):
+        """The rest of the frame in Python: as native bytecode where we can rebuild the frame."""
+        if not frame.kw_names:
+            done, result = resume_natively(self.code, self.globals, C[:len(self.code.co_freevars)], offset, F)
+            if done:
+                return result
+        return frame.run()
+
+    def _raise_in_frame(self, frame: CFrame, stack: list, exc: Exception):
+        """The instruction run at a break raised: unwind as CPython would, into native code.
+
+        The exception table says where the handler is and how deep the stack is there; the
+        handler (``except``, ``finally``, a ``with`` exit) and the rest of the frame then run as
+        native bytecode (``native_resume``).
+        """
+        offset = frame.insts[frame.ip - 1].offset
+        for e in dis._parse_exception_table(self.code):
+            if e.start <= offset < e.end:
+                F = frame.locals + stack[:e.depth] + ([offset // 2] if e.lasti else []) + [exc]
+                done, result = resume_natively(self.code, self.globals, frame.cells[:len(self.code.co_freevars)],
+                                               e.target, F)
+                if done:
+                    return result
+        raise exc
+
     def _continue(self, entry: Entry, out):
         while True:
             locals_, stack, cells = out
             frame = CFrame(self.code, self.globals, locals_, stack, cells, entry.break_ip)
             frame.kw_names = entry.kw_names
-            if frame.step():
-                return frame.result
+            saved = list(frame.stack)
+            try:
+                if frame.step():
+                    return frame.result
+            except Exception as exc:
+                return self._raise_in_frame(frame, saved, exc)
             offset, F, C = frame.state()
             entry = self.lookup(offset, F, C) or self.miss(offset, F, C)
             if entry is None:
-                return frame.run()
+                return self._give_up(frame, offset, F, C)
             with COMPILING:
                 out = entry.run(F, C)
             if entry.break_ip is None:

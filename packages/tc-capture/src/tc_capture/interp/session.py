@@ -76,6 +76,7 @@ class Session:
         self.guards = GuardSet(slot_names)
         self.inputs: list[tuple[Any, S.Source, Any]] = []  # (node, source, example value)
         self.by_source: dict[str, V] = {}
+        self.by_object: dict[int, tuple] = {}  # id -> (container, V): aliases of one list/dict
         self.side_effects: list[tuple] = []  # ("setattr", obj V, name, value V) / ("global", ...) / ...
         self.mutated: dict[int, V] = {}  # sourced containers changed in place
         self.fullgraph = fullgraph
@@ -90,8 +91,23 @@ class Session:
     def wrap(self, value: Any, source: S.Source) -> V:
         found = self.by_source.get(source.expr)
         if found is None:
-            found = self.by_source[source.expr] = self._wrap(value, source)
+            found = self.by_source[source.expr] = self._wrap_aliased(value, source)
         return found
+
+    def _wrap_aliased(self, value: Any, source: S.Source) -> V:
+        """One tracked value per mutable container, however many paths reach it (a list in a
+        local and bound to a method on the stack): a mutation through one is seen through all."""
+        if type(value) not in (list, dict):
+            return self._wrap(value, source)
+        seen = self.by_object.get(id(value))
+        if seen is None:
+            v = self._wrap(value, source)
+            self.by_object[id(value)] = (value, v)
+            return v
+        first = seen[1]
+        self.guards.add(source, f"{source.expr} is {first.source.expr}",
+                        f"{self.guards.readable(source)} is {self.guards.readable(first.source)}")
+        return first
 
     def _wrap(self, value: Any, source: S.Source) -> V:
         g = self.guards

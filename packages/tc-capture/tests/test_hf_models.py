@@ -1,0 +1,77 @@
+"""Hugging Face models (tiny random-weight configs, nothing downloaded), compared with eager.
+
+Skipped when ``transformers`` is not installed.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from helpers import tree_close
+
+import tc_capture
+
+transformers = pytest.importorskip("transformers")
+
+
+def _gpt2():
+    c = transformers.GPT2Config(n_embd=64, n_layer=2, n_head=2)
+    c.use_cache = False
+    return transformers.GPT2LMHeadModel(c), lambda o: o.logits
+
+
+def _bert():
+    c = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128)
+    c.use_cache = False
+    return transformers.BertModel(c), lambda o: o.last_hidden_state
+
+
+def _llama():
+    c = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                                 vocab_size=1000)
+    c.use_cache = False
+    return transformers.LlamaForCausalLM(c), lambda o: o.logits
+
+
+MODELS = {"gpt2": _gpt2, "bert": _bert, "llama": _llama}
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_hf_eval_one_graph(name):
+    torch.manual_seed(0)
+    model, get = MODELS[name]()
+    model.eval()
+    f = tc_capture.optimize(tc_capture.interpret_backend)(model)
+    with torch.no_grad():
+        for shape in ((2, 8), (2, 8), (3, 5)):
+            ids = torch.randint(0, 1000, shape)
+            tree_close(get(model(input_ids=ids)), get(f(input_ids=ids)))
+        r = tc_capture.capture(model, input_ids=torch.randint(0, 1000, (2, 8)))
+    assert (r.graph_count, r.graph_break_count) == (1, 0), r.breaks
+    assert type(r.result) is type(model(input_ids=torch.randint(0, 1000, (2, 8))))
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_hf_train_gradients(name):
+    torch.manual_seed(0)
+    model, get = MODELS[name]()
+    model.train()
+    for mod in model.modules():  # dropout draws differ between runs: compare without it
+        if isinstance(mod, torch.nn.Dropout):
+            mod.p = 0.0
+    if hasattr(model.config, "attn_pdrop"):
+        model.config.attn_pdrop = 0.0
+    twin = copy.deepcopy(model)
+    f = tc_capture.optimize(tc_capture.interpret_backend)(twin)
+    ids = torch.randint(0, 1000, (2, 8))
+    get(model(input_ids=ids)).square().mean().backward()
+    get(f(input_ids=ids)).square().mean().backward()
+    for (n, a), b in zip(model.named_parameters(), twin.parameters()):
+        assert (a.grad is None) == (b.grad is None), n
+        if a.grad is not None:
+            assert torch.allclose(a.grad, b.grad, atol=1e-5, rtol=1e-4), n
+    r = tc_capture.capture(twin, input_ids=ids)
+    assert r.graph_break_count == 0, r.breaks
