@@ -279,3 +279,17 @@ def test_outputs_aliasing_each_other_are_views(grad):
     if grad:
         (flat.sum() + 2 * tail.sum()).backward()
         torch.testing.assert_close(x.grad, torch.tensor([[2.0] * 4, [6.0] * 4, [6.0] * 4]))
+
+
+def test_to_with_copy_is_a_new_tensor_not_a_view():
+    def f(x):
+        y = x.to(torch.float32, copy=True)
+        y.add_(1)
+        same = x.to(torch.float32)
+        return y, same
+
+    x = torch.randn(4)
+    before = x.clone()
+    y, same = compile_fn(f, x)(x)
+    torch.testing.assert_close(y, before + 1)
+    assert same is x and torch.equal(x, before)

@@ -143,12 +143,22 @@ def record_op(rec: Recorder, func: Any, args: tuple, kwargs: dict, out: Any) -> 
     written = mutated_args(func)
     if written:
         _record_inplace(rec, func, args, kwargs, out, written)
-    elif is_view_op(func):
-        _record_view(rec, func, args, kwargs, out)
+    elif is_view_op(func) and _really_aliases(out, args[0]):
+        if out is not args[0]:  # ``x.to(x.dtype)`` returns x itself: nothing new to record
+            _record_view(rec, func, args, kwargs, out)
     else:
         node = rec.record(func, args, kwargs, out)
         for tensor, value in rec.outputs_of(node, out):
             rec.table.fresh(tensor, value)
+
+
+def _really_aliases(out: Any, base: Any) -> bool:
+    """Ops whose schema *may* return an alias (``to``, ``reshape``...) but copied this time are
+    ordinary ops: ``x.to(dtype, copy=True)`` is a new tensor, not a view of ``x``."""
+    if not isinstance(base, torch.Tensor):
+        return False
+    outs = out if isinstance(out, (tuple, list)) else [out]
+    return all(isinstance(o, torch.Tensor) and torch._C._is_alias_of(o, base) for o in outs)
 
 
 def _record_inplace(rec: Recorder, func: Any, args: tuple, kwargs: dict, out: Any, written: list[int]) -> None:
