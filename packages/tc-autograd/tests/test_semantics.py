@@ -293,3 +293,27 @@ def test_to_with_copy_is_a_new_tensor_not_a_view():
     y, same = compile_fn(f, x)(x)
     torch.testing.assert_close(y, before + 1)
     assert same is x and torch.equal(x, before)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_held_tensors_stay_real_in_aten_graphs(grad):
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    import tc_ir
+
+    g = tc_ir.Graph("held")
+    x = g.input("x", tc_ir.TensorSpec((4, 3)))
+    weight = torch.randn(5, 3)
+    y = g.call(torch.nn.functional.linear, x, g.param("w", weight))
+    y = g.call(torch.add, y, g.constant("c", torch.randn(5)))
+    g.output(g.call(torch.mul, y, g.call(torch.tensor, 2.0)))
+    xs = torch.randn(4, 3, requires_grad=grad)
+    fn = tc_autograd.aot(g, [xs])
+    graphs = [fn.inference_graph, fn.forward_graph, fn.backward_graph]
+    held = [v for graph in graphs if graph is not None for v in graph.tensors.values()]
+    assert held and not any(isinstance(v, FakeTensor) for v in held)
+    fresh = torch.randn(4, 3, requires_grad=grad)
+    torch.testing.assert_close(fn(fresh), tc_ir.interpret(g, [fresh]))
+    with torch.no_grad():
+        weight.mul_(2)  # the graph holds the tensor itself, not a copy
+    torch.testing.assert_close(fn(fresh), tc_ir.interpret(g, [fresh]))

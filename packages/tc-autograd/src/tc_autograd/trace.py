@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 import tc_ir
 
@@ -105,7 +105,9 @@ class Recorder(TorchDispatchMode):
         if isinstance(t, FakeTensor):
             raise RuntimeError("tc_autograd: an op read a fake tensor the trace never produced")
         self.constants += 1
-        node = self.graph.constant(f"_tensor_constant{self.constants}", t.detach())
+        with _disable_current_modes():  # under the fake mode, detach() would give a fake tensor
+            value = t.detach()
+        node = self.graph.constant(f"_tensor_constant{self.constants}", value)
         self.table.fresh(t, node)
 
     def record(self, target: Any, args: tuple, kwargs: dict, out: Any) -> tc_ir.Node:
