@@ -163,3 +163,22 @@ def test_through_the_inductor():
     compile_ = lambda g, ex: tc_inductor.compile(g, ex)  # noqa: E731
     run_both_ways(cond_graph(sin_mul(), cos_add()), inputs(True), fw_compiler=compile_, bw_compiler=compile_,
                   decompositions=tc_inductor.decompositions())
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_cond_captured_by_tc_capture(grad):
+    tc_capture = pytest.importorskip("tc_capture")
+
+    def fn(x, w):
+        return tc_ir.ops.cond(x.sum() > 0, lambda a, b: (a * b).sin(), lambda a, b: a.cos() + b, (x, w)) * 2
+
+    compiled = tc_capture.optimize(lambda g, ex: tc_autograd.aot(g, ex), fullgraph=True)(fn)
+    for sign in (1, -1):
+        x, w = (sign * torch.rand(4)).requires_grad_(grad), torch.randn(4, requires_grad=grad)
+        x2, w2 = x.detach().clone().requires_grad_(grad), w.detach().clone().requires_grad_(grad)
+        got, want = compiled(x, w), fn(x2, w2)
+        torch.testing.assert_close(got, want)
+        if grad:
+            got.sum().backward()
+            want.sum().backward()
+            torch.testing.assert_close((x.grad, w.grad), (x2.grad, w2.grad))
