@@ -9,9 +9,8 @@ import warnings
 
 import pytest
 import torch
-from torch import nn
-
 from helpers import check, tree_close
+from torch import nn
 
 import tc_capture
 
@@ -257,8 +256,9 @@ def test_break_in_long_loop_resumes_natively(fn, monkeypatch, capsys):
 
 
 def test_native_resume_keeps_exceptions_and_locations():
-    from tc_capture.native_resume import _resume_function
     import dis as _dis
+
+    from tc_capture.native_resume import _resume_function
 
     code = _loop_item.__code__
     offsets = [i.offset for i in _dis.get_instructions(code) if i.opname == "JUMP_BACKWARD"]

@@ -7,7 +7,6 @@ import operator
 import pytest
 import torch
 import torch.nn.functional as F
-
 from helpers import check
 
 SHAPES = [(6,), (3, 5), (2, 3, 4)]

@@ -9,7 +9,6 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-
 from helpers import check
 
 Pair = collections.namedtuple("Pair", ["a", "b"])
@@ -178,7 +177,7 @@ def f_isinstance(x):
 
 def f_getattr(x):
     h = Helper(1.0)
-    return x * getattr(h, "w") + (1 if hasattr(h, "missing") else 2)
+    return x * h.w + (1 if hasattr(h, "missing") else 2)
 
 
 def f_global_read(x):

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
-
 from helpers import check
+from torch import nn
 
 import tc_capture
 

@@ -9,7 +9,6 @@ import copy
 
 import pytest
 import torch
-
 from helpers import tree_close
 
 import tc_capture

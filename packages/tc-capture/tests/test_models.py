@@ -7,12 +7,11 @@ import collections
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import check, tree_close
 from torch import nn
 
-from helpers import check, counting_backend, tree_close
-
-import tc_ir
 import tc_capture
+import tc_ir
 
 
 # ---- torchvision-like ResNet -------------------------------------------------------------------------

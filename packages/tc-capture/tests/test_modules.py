@@ -6,9 +6,8 @@ import copy
 
 import pytest
 import torch
-from torch import nn
-
 from helpers import check, clone, tree_close
+from torch import nn
 
 import tc_capture
 

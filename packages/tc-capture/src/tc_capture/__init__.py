@@ -6,8 +6,7 @@
 (1, [2])
 """
 
-from .api import (CaptureResult, OptimizedModule, capture, explain, interpret_backend, is_compiling,
-                  mark_dynamic, optimize, reset)
+from .api import CaptureResult, OptimizedModule, capture, explain, interpret_backend, is_compiling, mark_dynamic, optimize, reset
 from .compile_region import Break, GraphBreakError
 from .export_meta import rebuild_returns
 from .module_state import bump as bump_module_state

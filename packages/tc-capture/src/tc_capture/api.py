@@ -5,8 +5,9 @@ from __future__ import annotations
 import functools
 import inspect
 import types
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 

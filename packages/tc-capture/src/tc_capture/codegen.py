@@ -9,10 +9,25 @@ from __future__ import annotations
 import types
 from typing import Any
 
-from . import sources as S
 from .interp.session import NULL, UNBOUND, ModeExit, ResumeIter, Unsupported
-from .variables import (BoundV, CellV, Const, DataDictV, DictV, ExitV, FuncV, IterV, ListV, MethodV, NullV, ObjV,
-                        SetV, TensorV, TupleV, V)
+from .variables import (
+    BoundV,
+    CellV,
+    Const,
+    DataDictV,
+    DictV,
+    ExitV,
+    FuncV,
+    IterV,
+    ListV,
+    MethodV,
+    NullV,
+    ObjV,
+    SetV,
+    TensorV,
+    TupleV,
+    V,
+)
 
 
 def _new_obj(cls):

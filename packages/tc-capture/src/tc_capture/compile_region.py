@@ -4,8 +4,8 @@ into a cache entry: guards, the compiled graph, and the generated runner."""
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
 
 import torch
 

@@ -26,6 +26,7 @@ import torch
 
 from .variables import Const, DataDictV, DictV, ListV, ObjV, TensorV, TupleV, V
 
+
 def returns_spec(v: V, outputs: list) -> Any:
     """The structure of ``v`` over graph outputs; graph inputs returned as they are join ``outputs``."""
     if isinstance(v, TensorV):

@@ -18,7 +18,7 @@ _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 class Source:
     __slots__ = ("expr", "name", "gated", "root")
 
-    def __init__(self, expr: str, name: str, gated: bool = False, root: "Source | None" = None):
+    def __init__(self, expr: str, name: str, gated: bool = False, root: Source | None = None):
         self.expr, self.name, self.gated, self.root = expr, name, gated, root
 
     def __repr__(self) -> str:

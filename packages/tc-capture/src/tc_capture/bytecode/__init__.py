@@ -1,5 +1,5 @@
 """Decoding CPython bytecode into one normalized instruction list (see ``versions``)."""
 
-from .versions import Inst, decode, PY312
+from .versions import PY312, Inst, decode
 
 __all__ = ["Inst", "decode", "PY312"]

@@ -11,7 +11,7 @@ import types
 
 import torch
 
-from ..variables import (BoundV, Const, DataDictV, DictV, FuncV, ListV, MethodV, ObjV, SuperV, TensorV, TupleV, V)
+from ..variables import BoundV, Const, DataDictV, DictV, FuncV, ListV, MethodV, ObjV, SuperV, TensorV, TupleV, V
 from .record import record, run_fake
 from .session import Unsupported
 

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import builtins
 import operator
 
 import torch
 
-from ..variables import (BoundV, Const, DictV, FuncV, IterV, ListV, MethodV, ObjV, SetV, SuperV, TensorV,
-                         TupleV, V)
+from ..variables import BoundV, Const, DictV, FuncV, IterV, ListV, MethodV, ObjV, SetV, SuperV, TensorV, TupleV, V
 from .pyops import binary, items_of, realize_const
 from .record import record
 from .session import Unsupported

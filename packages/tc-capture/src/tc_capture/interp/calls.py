@@ -19,8 +19,22 @@ import torch
 import tc_ir
 
 from .. import sources as S
-from ..variables import (BoundV, CellV, Const, DataDictV, DictV, ExitV, FuncV, GradModeV, IterV, ListV, MethodV, ObjV,
-                         SuperV, TensorV, TupleV, V, AutocastV)
+from ..variables import (
+    BoundV,
+    CellV,
+    Const,
+    DataDictV,
+    DictV,
+    ExitV,
+    FuncV,
+    IterV,
+    ListV,
+    MethodV,
+    ObjV,
+    TensorV,
+    TupleV,
+    V,
+)
 from .record import DATA_METHODS, record
 from .session import Unsupported
 
@@ -208,7 +222,7 @@ def construct(f, cls: type, args, kwargs) -> V:
     if cls.__new__ is not object.__new__ or type(cls) is not type:
         raise Unsupported(f"class {cls.__qualname__} has a custom __new__ or metaclass")
     obj = ObjV(cls)
-    init = getattr(cls, "__init__")
+    init = cls.__init__
     if init is not object.__init__:
         call_function(f, BoundV(Const(init), obj), args, kwargs)
     return obj

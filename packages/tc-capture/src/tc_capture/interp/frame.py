@@ -9,14 +9,15 @@ into the graph.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import CodeType
-from typing import Any, Callable
+from typing import Any
 
 from ..bytecode import decode
 from ..variables import V
 from .session import Session, Unsupported
 
-HANDLERS: dict[str, Callable[["Frame", Any], Any]] = {}
+HANDLERS: dict[str, Callable[[Frame, Any], Any]] = {}
 MAX_DEPTH = 40
 MAX_STEPS = 300_000
 DONE = object()
@@ -42,13 +43,13 @@ class BreakHere(Exception):
 class Stop:
     """The outermost frame stopped before instruction ``ip`` (a graph break)."""
 
-    def __init__(self, frame: "Frame", ip: int):
+    def __init__(self, frame: Frame, ip: int):
         self.frame, self.ip = frame, ip
 
 
 class Frame:
     def __init__(self, session: Session, code: CodeType, globals_: dict, locals_: dict[str, V],
-                 cells: dict[str, V], parent: "Frame | None" = None, break_at: frozenset = frozenset(),
+                 cells: dict[str, V], parent: Frame | None = None, break_at: frozenset = frozenset(),
                  ip: int = 0, stack: list | None = None):
         self.session, self.code, self.globals, self.parent = session, code, globals_, parent
         self.insts, self.index_of = decode(code)

@@ -6,10 +6,9 @@ import operator
 
 import torch
 
-from ..variables import NULL_V, Const, DataDictV, DictV, IterV, ListV, ObjV, SetV, TensorV, TupleV, V
+from ..variables import Const, DataDictV, DictV, ListV, SetV, TensorV, TupleV, V
 from .frame import handler
-from .pyops import (BINARY, UNARY, binary, compare, contains, fold, identity, items_of, realize_const,
-                    unary)
+from .pyops import BINARY, UNARY, binary, compare, contains, fold, identity, items_of, realize_const, unary
 from .record import record
 from .session import Unsupported
 

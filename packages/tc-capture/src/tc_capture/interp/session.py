@@ -12,7 +12,7 @@ import tc_ir
 
 from .. import sources as S
 from ..guards import GuardSet
-from ..variables import (NULL_V, Const, DictV, ExitV, IterV, ListV, TensorV, TupleV, V, BoundV)
+from ..variables import NULL_V, BoundV, Const, DictV, ExitV, IterV, ListV, TensorV, TupleV, V
 
 NULL = type("NULL", (), {"__repr__": lambda self: "NULL", "__slots__": ()})()
 UNBOUND = type("UNBOUND", (), {"__repr__": lambda self: "UNBOUND", "__slots__": ()})()

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from ..variables import (BoundV, Const, DictV, FuncV, IterV, ListV, MethodV, ObjV, SetV, TensorV,
-                         TupleV, V)
+from ..variables import BoundV, Const, DictV, FuncV, IterV, ListV, MethodV, ObjV, SetV, TensorV, TupleV, V
 from .session import Unsupported
 
 
