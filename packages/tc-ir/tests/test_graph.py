@@ -96,3 +96,10 @@ def test_copy_is_independent():
     assert h == g
     h.node("relu").args = (h.node("x"),)
     assert h != g and b.args == (a,)
+
+
+def test_building_a_graph_never_runs_side_effects():
+    g = Graph()
+    node = g.call(torch._C._set_grad_enabled, False)
+    assert torch.is_grad_enabled() and node.spec is None
+    assert g.call(aten.zeros.default, [2, 3]).spec == TensorSpec((2, 3), torch.float32)

@@ -207,6 +207,9 @@ def infer_spec(target: Any, args: tuple, kwargs: dict) -> Any:
     inputs = [n for n in nodes_in((args, kwargs)) if isinstance(n.spec, TensorSpec)]
     if any(not n.spec.is_static for n in inputs):
         return None
+    if not inputs and not isinstance(target, torch._ops.OpOverload):
+        # A Python function of no tensor could do anything (set grad mode, print): never run it.
+        return None
     try:
         meta_args, meta_kwargs = map_structure((args, kwargs), _meta_value)
         fn = getattr(meta_args[0], target) if isinstance(target, str) else target

@@ -7,6 +7,7 @@ Everything that needs a GPU lives here, behind two methods (:meth:`CudaRecorder.
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -66,9 +67,14 @@ class CudaRecorder:
         with torch.cuda.device(device):
             stream, caller = self._stream(device), torch.cuda.current_stream()
             stream.wait_stream(caller)
-            with torch.cuda.stream(stream):
+            with torch.cuda.stream(stream), _SyncWatch() as watch:
                 result = call()
             caller.wait_stream(stream)
+            if watch.synced:
+                # A capture that meets a CPU sync fails and leaves CUDA's RNG in capture state,
+                # so such a function is never captured: the warm-up call tells us in advance.
+                value, problem = result
+                result = value, problem or f"fn synchronises with the CPU during its call ({watch.synced})"
             for t in tensors_in(result):
                 if t.is_cuda:
                     # Allocated on the side stream, used on the caller's: keep the allocator from
@@ -102,6 +108,28 @@ class CudaRecorder:
         if device not in self._streams:
             self._streams[device] = torch.cuda.Stream(device)
         return self._streams[device]
+
+
+class _SyncWatch:
+    """Notes whether the code inside synchronises the device with the CPU (``.item()``...)."""
+
+    def __enter__(self) -> _SyncWatch:
+        self.synced = ""
+        self._mode = torch.cuda.get_sync_debug_mode()
+        self._warnings = warnings.catch_warnings(record=True)
+        self._caught = self._warnings.__enter__()
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        torch.cuda.set_sync_debug_mode(self._mode)
+        self._warnings.__exit__(*exc)
+        syncs = [str(w.message) for w in self._caught if "synchroniz" in str(w.message)]
+        self.synced = syncs[0].splitlines()[0] if syncs else ""
+        for w in self._caught:  # hand the user's other warnings on
+            if "synchroniz" not in str(w.message):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 def _device_of(args: Sequence[Any]) -> torch.device:
