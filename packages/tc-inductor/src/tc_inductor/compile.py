@@ -61,7 +61,7 @@ class _Timer:
         self.times[stage] = self.times.get(stage, 0.0) + time.perf_counter() - start
 
 
-def compile(graph: tc_ir.Graph, example_inputs: list, options: dict | None = None) -> CompiledGraph:  # noqa: A001
+def compile(graph: tc_ir.Graph, example_inputs: list, options: dict | Options | None = None) -> CompiledGraph:  # noqa: A001
     """Compile an ATen-level ``tc_ir.Graph`` into a callable running fused kernels.
 
     >>> import torch, tc_ir, tc_inductor
@@ -73,13 +73,14 @@ def compile(graph: tc_ir.Graph, example_inputs: list, options: dict | None = Non
     >>> k.stats["kernels"]
     1
     """
-    opts = Options.from_dict(options)
+    opts = options if isinstance(options, Options) else Options.from_dict(options)
     timer = _Timer()
     key = _cache_key(graph, example_inputs, opts)
     record = _cache_get(key, opts) if key and opts.cache else None
     if record is None:
         with timer("lower"):
-            lowered = GraphLowering(graph, list(example_inputs), opts).run()
+            lowered = GraphLowering(graph, list(example_inputs), opts,
+                                    lambda sub, inputs: compile(sub, inputs, opts)).run()
         with timer("schedule"):
             sched = schedule(lowered, opts)
         with timer("codegen"):

@@ -9,7 +9,7 @@ node runs as an extern call), which keeps a wrong lowering from giving a wrong a
 from __future__ import annotations
 
 import operator
-from typing import Any
+from typing import Any, Callable
 
 import attrs
 import sympy
@@ -20,6 +20,7 @@ import tc_ir
 from tc_ir import Node, TensorSpec
 
 from . import kir
+from .cond import lower_cond
 from .decompositions import EXTERN_PREFERRED, trace_decomposition
 from .ir import (BufferValue, ComputedBuffer, ExternCall, InputBuffer, Pointwise, TensorValue, Unsupported,
                  contiguous_stride)
@@ -50,8 +51,10 @@ class LoweredGraph:
 class GraphLowering:
     """Walks a graph once, lowering each node; the context lowerings receive."""
 
-    def __init__(self, graph: tc_ir.Graph, example_inputs: list, options: dict):
+    def __init__(self, graph: tc_ir.Graph, example_inputs: list, options: Any,
+                 compile_subgraph: Callable[[tc_ir.Graph, list], Callable] | None = None):
         self.graph, self.example_inputs, self.options = graph, example_inputs, options
+        self._compile_subgraph = compile_subgraph
         self.steps: list = []
         self.inputs: list[InputBuffer] = []
         self.constants: dict[str, Any] = {}
@@ -84,6 +87,12 @@ class GraphLowering:
                              tuple(rranges), reduction_type, tuple(reduced_dims))
         self._add_computed(buf)
         return buf.value()
+
+    def compile_subgraph(self, graph: tc_ir.Graph, example_inputs: list) -> Callable:
+        """A sub-graph (a cond branch) compiled by the same pipeline and options."""
+        if self._compile_subgraph is None:
+            raise Unsupported("no compiler for sub-graphs was given")
+        return self._compile_subgraph(graph, example_inputs)
 
     def owns_storage(self, value: BufferValue) -> bool:
         return value.name in self.own
@@ -146,6 +155,8 @@ class GraphLowering:
         return RuntimeValue(node.name)
 
     def lower_call(self, node: Node, target: Any, spec: Any, args: tuple, kwargs: dict) -> Any:
+        if target is tc_ir.ops.cond:
+            return lower_cond(self, node, args, kwargs)
         reason = self._kernel_reason(target, spec, args, kwargs)
         if reason is None and target in LOWERINGS:
             try:
