@@ -185,6 +185,9 @@ add("logsumexp", u(aten.logsumexp.default, [-1]), shapes="matrix", dtypes=(F32,)
 add("native_layer_norm", lambda g, x: g.call(aten.native_layer_norm.default, x, [x.spec.shape[-1]], None, None, 1e-5),
     shapes="matrix", dtypes=(F32,))
 add("linalg_vector_norm", u(aten.linalg_vector_norm.default, 2, [-1]), shapes="matrix", dtypes=(F32,))
+add("linalg_vector_norm.dims", u(aten.linalg_vector_norm.default, 3.0, [-2, -1]), shapes="matrix", dtypes=(F32, BF16))
+add("linalg_vector_norm.keepdim", u(aten.linalg_vector_norm.default, 1, [-2], True), shapes="matrix", dtypes=(F32,))
+add("linalg_vector_norm.inf", u(aten.linalg_vector_norm.default, float("inf"), [-1]), shapes="matrix", dtypes=(F32,))
 
 # ---- views and movement -------------------------------------------------------------------------
 add("view", lambda g, x: g.call(aten.view.default, x, [-1]), shapes="matrix", dtypes=ALL)

@@ -180,3 +180,26 @@ def test_cuda_softmax_and_autotune():
     k = check(lambda g, x: g.call(aten._softmax.default, x, -1, False), [x])
     assert k.stats["kernels"] <= 2
     check(lambda g, x: g.call(aten.relu.default, g.call(aten.add.Tensor, x, 1)), [x], {"max_autotune": True})
+
+
+def test_vector_norm_over_negative_size_one_dims_drops_them():
+    # torch <= 2.12's reference kept a reduced size-1 dim given as -1 ([5, 1] for [5]).
+    x = torch.randn(5, 1)
+    k = check(lambda g, x: g.call(aten.linalg_vector_norm.default, x, 2, [-1]), [x])
+    assert k(x).shape == (5,)
+    table = tc_inductor.decompositions()
+    assert table[aten.linalg_vector_norm.default](x, 2, [-1]).shape == (5,)
+
+
+def test_a_decomposition_of_the_wrong_shape_runs_as_an_extern_call(monkeypatch):
+    import tc_inductor.decompositions as decomps
+
+    def keeps_dims(x, ord=2, dim=None, keepdim=False, *, dtype=None):
+        return x.abs().sum(dim, keepdim=True)  # wrong: ignores keepdim
+
+    real = decomps.find_decomposition
+    monkeypatch.setattr(decomps, "find_decomposition",
+                        lambda t: keeps_dims if t is aten.linalg_vector_norm.default else real(t))
+    x = torch.randn(4, 3)
+    k = check(lambda g, x: g.call(aten.linalg_vector_norm.default, x, 1, [1]), [x], {"cache": False})
+    assert k.stats["extern_calls"] == 1

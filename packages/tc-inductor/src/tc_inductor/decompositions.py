@@ -56,14 +56,35 @@ _FOR_TRACER = [
 def decompositions() -> dict[Any, Callable]:
     """The decomposition table tc_inductor prefers its input graphs to be traced with."""
     packets = [getattr(aten, name) for name in _FOR_TRACER if hasattr(aten, name)]
-    return torch._decomp.get_decompositions(packets)
+    return _with_fixes(torch._decomp.get_decompositions(packets))
 
 
 @functools.cache
 def _lowering_table() -> dict[Any, Callable]:
     table = dict(torch._decomp.decomposition_table)
     table.update(torch._decomp.core_aten_decompositions())
+    return _with_fixes(table)
+
+
+def _with_fixes(table: dict) -> dict:
+    """Torch's entries, with wrappers around those some supported torch versions get wrong."""
+    for op, fix in _FIXES.items():
+        if op in table:
+            table[op] = functools.partial(fix, table[op])
     return table
+
+
+def _vector_norm(decomposition: Callable, x, ord=2, dim=None, keepdim=False, *, dtype=None):
+    # torch <= 2.12's reference compares negative dims with non-negative ones on its
+    # "all reduced dims have size 1" path, so norm(x[5, 1], dim=-1) came out [5, 1], not [5].
+    if dim is not None and not isinstance(dim, int):
+        dim = [d % x.ndim if x.ndim else d for d in dim]
+    elif isinstance(dim, int):
+        dim = [dim % x.ndim if x.ndim else dim]
+    return decomposition(x, ord, dim, keepdim, dtype=dtype)
+
+
+_FIXES = {aten.linalg_vector_norm.default: _vector_norm}
 
 
 def find_decomposition(target: Any) -> Callable | None:

@@ -173,8 +173,11 @@ class GraphLowering:
             reason = "no lowering"
         if reason in ("no lowering",) or reason.startswith("lowering declined"):
             decomposed = self._decompose(node, target, args, kwargs)
-            if decomposed is not _NOT_DONE:
+            if decomposed is not _NOT_DONE and _same_shapes(decomposed, spec):
                 return decomposed
+            if decomposed is not _NOT_DONE:  # a decomposition's bug must not become a wrong shape
+                reason = "decomposition gave other shapes than the node's spec"
+                log.debug("%s: %s", target, reason)
         return self.extern(node, args, kwargs, reason, target=target, spec=spec)
 
     def _kernel_reason(self, target: Any, spec: Any, args: tuple, kwargs: dict) -> str | None:
@@ -304,6 +307,15 @@ def _extern_outputs(name: str, spec: Any) -> Any:
         return tuple(BufferValue(f"{name}_{i}", s.shape, s.stride, s.dtype, s.device)
                      if isinstance(s, TensorSpec) else RuntimeValue(f"{name}_{i}") for i, s in enumerate(spec))
     return None
+
+
+def _same_shapes(result: Any, spec: Any) -> bool:
+    if isinstance(spec, TensorSpec):
+        return isinstance(result, TensorValue) and tuple(result.shape) == tuple(spec.shape)
+    if isinstance(spec, (tuple, list)):
+        return isinstance(result, (tuple, list)) and len(result) == len(spec) and all(
+            _same_shapes(r, s) for r, s in zip(result, spec))
+    return True
 
 
 def _check(result: Any, spec: Any) -> None:
