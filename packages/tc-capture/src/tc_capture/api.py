@@ -40,6 +40,22 @@ def mark_dynamic(t: torch.Tensor, dim: int) -> None:
     t._tc_dynamic_dims = dims
 
 
+_SHARED_CACHES: dict[tuple, FrameCache] = {}
+
+
+def frame_cache(fn, backend: Callable, fullgraph: bool, recompile_limit: int) -> FrameCache:
+    """The one cache of ``fn``'s frame for this back end and settings.
+
+    Shared by every ``optimize`` of the same function with the same back end, so one block
+    class compiled per instance (regional compilation) compiles once: parameters are graph
+    inputs, and guards check types and state, not which instance it is.
+    """
+    key = (fn, backend, fullgraph, recompile_limit)
+    if key not in _SHARED_CACHES:
+        _SHARED_CACHES[key] = FrameCache(fn, backend, fullgraph, recompile_limit)
+    return _SHARED_CACHES[key]
+
+
 def reset() -> None:
     """Forget every compiled entry of every optimized function."""
     for cache in list(ALL_CACHES):
@@ -159,13 +175,13 @@ def optimize(backend: Callable, *, fullgraph: bool = False, dynamic: bool | None
 
     def wrap(fn):
         if isinstance(fn, torch.nn.Module):
-            return OptimizedModule(fn, lambda forward: FrameCache(forward, backend, fullgraph, recompile_limit))
+            return OptimizedModule(fn, lambda forward: frame_cache(forward, backend, fullgraph, recompile_limit))
         if isinstance(fn, types.MethodType):
             inner = wrap(fn.__func__)
             return types.MethodType(inner, fn.__self__)
         if not isinstance(fn, types.FunctionType):
             raise TypeError(f"tc_capture.optimize needs a function, method or nn.Module, got {type(fn).__name__}")
-        cache = FrameCache(fn, backend, fullgraph, recompile_limit)
+        cache = frame_cache(fn, backend, fullgraph, recompile_limit)
         bind = _binder(fn)
 
         @functools.wraps(fn)
@@ -231,12 +247,16 @@ def capture(fn, *args, **kwargs) -> CaptureResult:
         report.guards.extend(g for g in entry.guard_texts if g not in report.guards)
         report.breaks.extend(entry.breaks)
 
-    compiled = optimize(interpret_backend)(fn)
+    private_backend = functools.partial(interpret_backend)  # a new object: caches of its own
+    compiled = optimize(private_backend)(fn)
     cache = compiled._cache if isinstance(compiled, OptimizedModule) else (
         compiled.__func__ if isinstance(compiled, types.MethodType) else compiled)._tc_cache
     cache.listeners.append(listen)
-    report.result = compiled(*args, **kwargs)
-    ALL_CACHES.remove(cache)
+    try:
+        report.result = compiled(*args, **kwargs)
+    finally:
+        for key in [k for k in _SHARED_CACHES if k[1] is private_backend]:
+            ALL_CACHES.remove(_SHARED_CACHES.pop(key))
     return report
 
 

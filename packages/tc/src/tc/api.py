@@ -45,13 +45,24 @@ def compile(
                                  mode=mode, options=options, disable=disable)
     if disable:
         return model
-    parsed = Options.from_user(mode, options)
-    name = backend if isinstance(backend, str) else getattr(backend, "__name__", "custom")
-    capture_backend = with_fallback(lookup(backend), name, parsed)
+    capture_backend = _capture_backend(backend, mode, options)
     compiled = tc_capture.optimize(capture_backend, fullgraph=fullgraph, dynamic=dynamic)(model)
     if isinstance(model, torch.nn.Module):
         return _same_module(model, compiled)
     return compiled
+
+
+_BACKENDS: dict[tuple, Callable] = {}
+
+
+def _capture_backend(backend: str | Callable, mode: str | None, options: dict[str, Any] | None) -> Callable:
+    """One back-end object per configuration, so capture shares compiled frames between every
+    ``tc.compile`` of the same code with the same settings (regional compilation)."""
+    key = (backend, mode, repr(sorted((options or {}).items())))
+    if key not in _BACKENDS:
+        name = backend if isinstance(backend, str) else getattr(backend, "__name__", "custom")
+        _BACKENDS[key] = with_fallback(lookup(backend), name, Options.from_user(mode, options))
+    return _BACKENDS[key]
 
 
 def _same_module(module: torch.nn.Module, compiled: Callable) -> torch.nn.Module:
