@@ -25,8 +25,9 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 # Cold means cold: every compiler gets fresh cache directories for this run.
 _CACHE_ROOT = tempfile.mkdtemp(prefix="tc-bench-")
@@ -253,7 +254,8 @@ def report(rows: list[dict], out: Path, device: str) -> None:
 
 
 def format_table(rows: list[dict], device: str) -> str:
-    head = f"{'model':10} {'task':6} {'variant':14} {'step ms':>9} {'speedup':>8} {'1st call s':>10} {'warm s':>7} {'mem GB':>7}  check"
+    head = (f"{'model':10} {'task':6} {'variant':14} {'step ms':>9} {'speedup':>8} {'1st call s':>10} "
+            f"{'warm s':>7} {'mem GB':>7}  check")
     lines = [f"device: {_device_name(device)}", head, "-" * len(head)]
     for r in rows:
         if "error" in r:
