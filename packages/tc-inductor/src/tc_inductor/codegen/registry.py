@@ -49,5 +49,5 @@ def choose_backend(device: Any, options: dict) -> Any:
 
 
 def _load_builtin() -> None:
-    if not BACKENDS:
-        from . import cpp, triton  # noqa: F401  (each registers itself)
+    # Always both: importing one backend module (a test, a user) must not hide the other.
+    from . import cpp, triton  # noqa: F401  (each registers itself, once, on import)

@@ -28,7 +28,9 @@ TL = {
     torch.bfloat16: "tl.bfloat16", torch.int64: "tl.int64", torch.int32: "tl.int32", torch.int16: "tl.int16",
     torch.int8: "tl.int8", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
 }
-PERSISTENT_MAX = 1024  # longest row a persistent reduction holds in one tile
+PERSISTENT_MAX = 1024  # longest row a persistent reduction holds in one tile (interpreter)
+PERSISTENT_MAX_GPU = 8192  # on a GPU: a 4096-wide fp32 row is 16 values a thread at 8 warps
+INT32_LIMIT = 2**31 - 2**20  # index math in int32 when every offset stays below this
 
 # unary ops: (expression on GPU, expression under the interpreter, which lacks libdevice)
 _UNARY = {
@@ -78,34 +80,66 @@ def next_pow2(n: int) -> int:
 
 
 class TritonKernelWriter:
-    def __init__(self, kernel: kir.Kernel, name: str, interpret: bool):
+    """One kernel's Triton source. ``config`` is the launch config when it is known at
+    generation time (not autotuned): then masks whose block divides the size are left out."""
+
+    def __init__(self, kernel: kir.Kernel, name: str, interpret: bool, config: dict | None = None):
         self.kernel, self.name, self.interpret = kernel, name, interpret
         self.params = {n: f"in_ptr{i}" for i, (n, _) in enumerate(kernel.inputs)}
         self.params.update({n: f"out_ptr{i}" for i, (n, _) in enumerate(kernel.outputs)})
         self.dtypes = dict(kernel.inputs) | dict(kernel.outputs)
         self.emitter = Emitter(self.render, lambda u, var, text: f"{var} = {text}", self.masked)
-        self.persistent = kernel.is_reduction and _static_numel(kernel.rranges) is not None \
-            and _static_numel(kernel.rranges) <= PERSISTENT_MAX
+        self.persistent = is_persistent(kernel, interpret)
+        self.xmask = None if _divides(kernel.xranges, config, "XBLOCK") else "xmask"
+        self.rmask = None if _divides(kernel.rranges, config, "RBLOCK") else "rmask"
+        self.int32 = fits_int32(kernel)
+        self.base_mask: str | None = self.xmask
 
     def index(self, expr: sympy.Expr, args: list) -> str:
+        flat = self.flat_offset(expr)
+        if flat is not None:
+            return flat
         text = print_index(expr, dict(zip(kir.indirect_names(expr), args)), "//")
         if not any(s.name[0] in "xr" for s in sympy.sympify(expr).free_symbols):
             text += f" + tl.zeros({self.shape}, tl.int64)"  # a block pointer, so block masks apply
         return text
 
-    def mask_of(self, scope: Scope, base: str) -> str:
+    def flat_offset(self, expr: sympy.Expr) -> str | None:
+        """``xindex + c`` when a pointwise kernel reads or writes ``expr`` contiguously (no div/mod)."""
+        k = self.kernel
+        if k.is_reduction or not k.xranges or _static_numel(k.xranges) is None:
+            return None
+        xs = kir.xvars(len(k.xranges))
+        expr = sympy.sympify(expr).subs({x: 0 for x, n in zip(xs, k.xranges) if n == 1})
+        flat = sum((x * math.prod(k.xranges[i + 1:]) for i, x in enumerate(xs)), sympy.Integer(0))
+        rest = sympy.expand(expr - flat)
+        if rest.free_symbols or not rest.is_Integer:
+            return None
+        return "xindex" if rest == 0 else f"xindex + {int(rest)}"
+
+    def mask_of(self, scope: Scope, base: str | None) -> str | None:
         masks, s = [], scope
         while s is not None:
             if s.mask:
                 masks.append(s.mask)
             s = s.parent
-        return " & ".join([base] + masks)
+        return _and(base, *masks)
+
+    def eviction(self, expr: sympy.Expr) -> str:
+        """Cache hints in reductions: rows stream through once, what every row reads stays."""
+        if not self.kernel.is_reduction or self.interpret:
+            return ""
+        per_row = any(s.name.startswith("x") for s in sympy.sympify(expr).free_symbols)
+        reread = not self.persistent and sum(1 for st in self.kernel.stages if st.inner) > 1
+        return ", eviction_policy='evict_last'" if not per_row or reread else ", eviction_policy='evict_first'"
 
     def render(self, u: UOp, args: list, scope: Scope) -> str:
         op = u.op
         if op is Ops.LOAD:
             buf, expr = u.arg
-            text = f"tl.load({self.params[buf]} + ({self.index(expr, args)}), {self.mask_of(scope, self.base_mask)}, other=0)"
+            mask = self.mask_of(scope, self.base_mask)
+            masked = f", {mask}, other=0" if mask else ""
+            text = f"tl.load({self.params[buf]} + ({self.index(expr, args)}){masked}{self.eviction(expr)})"
             if self.dtypes[buf] in kir.LOW_PRECISION:
                 text += ".to(tl.float32)"
             return text
@@ -207,13 +241,14 @@ class TritonKernelWriter:
             lines.append(f"{prefix}{i} = {expr}")
         return lines if n else []
 
-    def store(self, s: kir.Store, scope: Scope, lines: list, mask: str, shape: str) -> None:
+    def store(self, s: kir.Store, scope: Scope, lines: list, mask: str | None, shape: str) -> None:
         self.shape = shape
         v = self.emitter.value(s.value, scope, lines)
         if s.dtype in kir.LOW_PRECISION or s.value.dtype != s.dtype:
             v = f"{v}.to({TL[s.dtype]})"
+        masked = f", {mask}" if mask else ""
         lines.append(f"tl.store({self.params[s.buffer]} + ({self.index(s.index, [])}), "
-                     f"tl.broadcast_to({v}, {shape}), {mask})")
+                     f"tl.broadcast_to({v}, {shape}){masked})")
 
     def signature(self) -> list[str]:
         k = self.kernel
@@ -228,21 +263,24 @@ class TritonKernelWriter:
         return head + "\n" + "\n".join("    " + line for line in body) + "\n"
 
     def pointwise_body(self) -> list[str]:
-        self.base_mask = "xmask"
-        lines = ["xoffset = tl.program_id(0).to(tl.int64) * XBLOCK",
+        self.base_mask = self.xmask
+        lines = [f"xoffset = {self.program_offset()}",
                  "xindex = xoffset + tl.arange(0, XBLOCK)", "xmask = xindex < xnumel"]
         lines += self._split("xindex", "x", self.kernel.xranges)
         scope = Scope()
         for stage in self.kernel.stages:
             for s in stage.inner + stage.outer:
-                self.store(s, scope, lines, "xmask", "[XBLOCK]")
+                self.store(s, scope, lines, self.xmask, "[XBLOCK]")
         return lines
+
+    def program_offset(self) -> str:
+        return "tl.program_id(0) * XBLOCK" if self.int32 else "tl.program_id(0).to(tl.int64) * XBLOCK"
 
     def reduction_body(self) -> list[str]:
         k = self.kernel
-        lines = ["xoffset = tl.program_id(0).to(tl.int64) * XBLOCK",
+        lines = [f"xoffset = {self.program_offset()}",
                  "xindex = xoffset + tl.arange(0, XBLOCK)[:, None]", "xmask = xindex < xnumel",
-                 "rbase = tl.arange(0, RBLOCK)[None, :].to(tl.int64)"]
+                 "rbase = tl.arange(0, RBLOCK)[None, :]" + ("" if self.int32 else ".to(tl.int64)")]
         lines += self._split("xindex", "x", k.xranges)
         if self.persistent:
             lines += ["rindex = rbase", "rmask = rindex < rnumel"] + self._split("rindex", "r", k.rranges)
@@ -253,7 +291,7 @@ class TritonKernelWriter:
 
     def stage(self, stage: kir.Stage, shared: Scope) -> list[str]:
         k = self.kernel
-        self.base_mask = "xmask & rmask"
+        self.base_mask = _and(self.xmask, self.rmask)
         out: list[str] = []
         reductions = [s for s in stage.inner if isinstance(s, kir.Reduce)]
         if stage.inner:
@@ -268,7 +306,7 @@ class TritonKernelWriter:
                 body += ["rindex = roffset + rbase", "rmask = rindex < rnumel"] + self._split("rindex", "r", k.rranges)
             for s in stage.inner:
                 if isinstance(s, kir.Store):
-                    self.store(s, scope, body, "xmask & rmask", "[XBLOCK, RBLOCK]")
+                    self.store(s, scope, body, _and(self.xmask, self.rmask), "[XBLOCK, RBLOCK]")
                 else:
                     self.shape = "[XBLOCK, RBLOCK]"
                     v = self.emitter.value(s.value, scope, body)
@@ -279,9 +317,9 @@ class TritonKernelWriter:
                 out += ["    " + line for line in body]
         for s in reductions:
             out += self.finish(s)
-        self.base_mask = "xmask"
+        self.base_mask = self.xmask
         for s in stage.outer:
-            self.store(s, shared if self.persistent else Scope(), out, "xmask", "[XBLOCK, 1]")
+            self.store(s, shared if self.persistent else Scope(), out, self.xmask, "[XBLOCK, 1]")
         return out
 
     def _init(self, s: kir.Reduce) -> str:
@@ -300,7 +338,9 @@ class TritonKernelWriter:
 
     def accumulate(self, s: kir.Reduce, v: str) -> list[str]:
         acc, rt = f"acc_{s.name}", s.reduction_type
-        val = f"tl.where(xmask & rmask, tl.broadcast_to({v}, [XBLOCK, RBLOCK]), {self._init(s)})"
+        mask = _and(self.xmask, self.rmask)
+        val = f"tl.broadcast_to({v}, [XBLOCK, RBLOCK])"
+        val = f"tl.where({mask}, {val}, {self._init(s)})" if mask else val
         if rt in ("argmax", "argmin"):
             cmp = ">" if rt == "argmax" else "<"
             return [f"val_{s.name} = {val}",
@@ -347,19 +387,91 @@ def _static_numel(sizes: tuple) -> int | None:
     return math.prod(sizes) if all(isinstance(s, int) for s in sizes) else None
 
 
+def _and(*masks: str | None) -> str | None:
+    kept = [m for m in masks if m]
+    return " & ".join(kept) if kept else None
+
+
+def _divides(sizes: tuple, config: dict | None, block: str) -> bool:
+    """Whether every block of this config is full (so its mask is all true and can go)."""
+    numel = _static_numel(sizes)
+    if config is None or numel is None or block not in config:
+        return False
+    return numel % config[block] == 0
+
+
+def is_persistent(kernel: kir.Kernel, interpret: bool) -> bool:
+    rnumel = _static_numel(kernel.rranges)
+    limit = PERSISTENT_MAX if interpret else PERSISTENT_MAX_GPU
+    return kernel.is_reduction and rnumel is not None and rnumel <= limit
+
+
+def fits_int32(kernel: kir.Kernel) -> bool:
+    """Whether every index and offset of ``kernel`` stays well inside int32 (cheaper math)."""
+    xnumel, rnumel = _static_numel(kernel.xranges), _static_numel(kernel.rranges)
+    if xnumel is None or rnumel is None or (xnumel + 65536) * max(rnumel, 1) >= INT32_LIMIT:
+        return False
+    ranges = {f"x{i}": n for i, n in enumerate(kernel.xranges)} | {f"r{i}": n for i, n in enumerate(kernel.rranges)}
+    for expr in _indices(kernel):
+        bound = index_bound(expr, ranges)
+        if bound is None or bound >= INT32_LIMIT:
+            return False
+    return True
+
+
+def _indices(kernel: kir.Kernel):
+    for stage in kernel.stages:
+        for s in stage.inner + stage.outer:
+            if isinstance(s, kir.Store):
+                yield s.index
+            for u in s.value.toposort():
+                if u.op is Ops.LOAD:
+                    yield u.arg[1]
+
+
+def index_bound(expr: sympy.Expr, ranges: dict) -> int | None:
+    """An upper bound of ``|expr|`` over the loop ranges; None when unknown (sizes, loaded indices)."""
+    expr = sympy.sympify(expr)
+    if expr.is_Integer:
+        return abs(int(expr))
+    if expr.is_Symbol:
+        n = ranges.get(expr.name)
+        return max(int(n) - 1, 0) if isinstance(n, int) else None
+    if isinstance(expr, kir.FloorDiv):
+        return index_bound(expr.args[0], ranges)
+    if isinstance(expr, kir.ModIndex):
+        b = index_bound(expr.args[1], ranges)
+        return b if b is not None else index_bound(expr.args[0], ranges)
+    if expr.is_Add or expr.is_Mul:
+        bounds = [index_bound(a, ranges) for a in expr.args]
+        if any(b is None for b in bounds):
+            return None
+        return sum(bounds) if expr.is_Add else math.prod(bounds)
+    if expr.is_Pow and expr.exp.is_Integer and int(expr.exp) > 0:
+        b = index_bound(expr.base, ranges)
+        return None if b is None else b ** int(expr.exp)
+    return None
+
+
 def heuristic_config(kernel: kir.Kernel, interpret: bool) -> dict:
-    """One block-size config per kernel (max_autotune tries several instead)."""
+    """One block-size config per kernel (max_autotune tries several instead).
+
+    Pointwise: 32 bytes of the narrowest buffer per thread at 4 warps (two 16-byte vector
+    accesses in flight), so 2-byte dtypes get twice the elements of fp32. Persistent
+    reductions: tiles of up to 4096 elements (a whole row up to 8192), a warp per 512.
+    """
     xnumel = _static_numel(kernel.xranges) or (1 << 20)
     if not kernel.is_reduction:
-        block = min(next_pow2(xnumel), 4096 if interpret else 1024)
+        width = min((dt.itemsize for _, dt in kernel.inputs + kernel.outputs), default=4)
+        block = min(next_pow2(xnumel), 4096 if interpret else 128 * 32 // width)
         return {"XBLOCK": max(block, 16), "num_warps": 4 if block >= 512 else 2}
     rnumel = _static_numel(kernel.rranges) or (1 << 20)
-    if rnumel <= PERSISTENT_MAX:
+    if is_persistent(kernel, interpret):
         rblock = max(next_pow2(rnumel), 2)
         budget = (1 << 15) if interpret else 4096
         xblock = max(1, min(next_pow2(xnumel), budget // rblock, 64 if not interpret else 1 << 12))
-        return {"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": 8 if rblock >= 512 else 4}
-    return {"XBLOCK": 1, "RBLOCK": 2048 if interpret else 1024, "num_warps": 8}
+        return {"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": min(16, max(2, xblock * rblock // 512))}
+    return {"XBLOCK": 1, "RBLOCK": 2048, "num_warps": 8}
 
 
 def autotune_configs(kernel: kir.Kernel) -> list[dict]:
@@ -380,9 +492,10 @@ class TritonBackend:
 
     def generate(self, kernel: kir.Kernel, name: str, options: Any, device: Any) -> str:
         interpret = _interpreting(device)
-        writer = TritonKernelWriter(kernel, name, interpret)
+        autotune = bool(options.get("max_autotune")) and not interpret
+        writer = TritonKernelWriter(kernel, name, interpret, None if autotune else heuristic_config(kernel, interpret))
         text = writer.generate()
-        if options.get("max_autotune") and not interpret:
+        if autotune:
             configs = ", ".join(
                 f"triton.Config({ {k: v for k, v in c.items() if k != 'num_warps'} }, num_warps={c['num_warps']})"
                 for c in autotune_configs(kernel))
