@@ -205,3 +205,11 @@ def test_a_decomposition_of_the_wrong_shape_runs_as_an_extern_call(monkeypatch):
     x = torch.randn(4, 3)
     k = check(lambda g, x: g.call(aten.linalg_vector_norm.default, x, 1, [1]), [x], {"cache": False})
     assert k.stats["extern_calls"] == 1
+
+
+def test_timings_cover_every_stage(caplog):
+    import logging
+
+    caplog.set_level(logging.DEBUG, logger="tc.perf_hints")
+    k = check(lambda g, x: g.call(aten.relu.default, x), [torch.randn(8, 3)], {"cache": False})
+    assert {"lower", "schedule", "codegen", "compile_kernels", "wrapper"} <= set(k.timings)

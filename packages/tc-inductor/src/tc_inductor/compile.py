@@ -84,20 +84,20 @@ def compile(graph: tc_ir.Graph, example_inputs: list, options: dict | Options | 
         with timer("schedule"):
             sched = schedule(lowered, opts)
         with timer("codegen"):
-            record = _generate(lowered, sched, opts, graph)
+            record = _generate(lowered, sched, opts, graph, timer)
         if key and opts.cache and record.get("cacheable"):
             _cache_put(key, record, opts)
     else:
         timer.times["cache_hit"] = 0.0
-    with timer("compile_kernels"):
-        compiled = _load(record, graph, opts)
+    compiled = _load(record, graph, opts, timer)
+    compiled.timings = dict(timer.times)
     _report(timer.times, record)
     return compiled
 
 
 # ---- code generation ------------------------------------------------------------------------
 
-def _generate(lowered: LoweredGraph, sched: Schedule, opts: Options, graph: tc_ir.Graph) -> dict:
+def _generate(lowered: LoweredGraph, sched: Schedule, opts: Options, graph: tc_ir.Graph, timer: _Timer) -> dict:
     dtypes = _buffer_dtypes(lowered)
     calls: dict[Group, KernelCall] = {}
     kernels: list[dict] = []
@@ -126,7 +126,10 @@ def _generate(lowered: LoweredGraph, sched: Schedule, opts: Options, graph: tc_i
         tc_ir.logs.dump("kernel", name, kir.format_kernel(kernel, name) + "\n\n" + source)
     extern_names = {s.name: f"ext_{s.name}" for s in sched.steps if isinstance(s, ExternCall)}
     targets = {extern_names[s.name]: s.target for s in sched.steps if isinstance(s, ExternCall)}
+    start = time.perf_counter()
     source = generate(lowered, sched, calls, extern_names)
+    timer.times["wrapper"] = time.perf_counter() - start  # reported apart from kernel codegen
+    timer.times["codegen"] = timer.times.get("codegen", 0.0) - timer.times["wrapper"]
     tc_ir.logs.dump("wrapper", graph.name, source)
     tc_ir.logs.dump("fusion", graph.name, "\n".join(sched.log))
     output_code.debug("wrapper for %s:\n%s", graph.name, source)
@@ -174,24 +177,26 @@ def _numel(shape) -> int:
 
 # ---- loading ---------------------------------------------------------------------------------
 
-def _load(record: dict, graph: tc_ir.Graph, opts: Options) -> CompiledGraph:
+def _load(record: dict, graph: tc_ir.Graph, opts: Options, timer: _Timer) -> CompiledGraph:
     from .codegen.registry import BACKENDS, _load_builtin
 
     _load_builtin()
     backends = {e.name: e.backend for e in BACKENDS}
     env: dict[str, Any] = {"torch": torch, "_layout": _layout, "constants": {}}
-    if any(k["backend"] == "triton" for k in record["kernels"]):
-        import triton
+    with timer("compile_kernels"):  # builds started during codegen (or now, on a cache hit) finish here
+        if any(k["backend"] == "triton" for k in record["kernels"]):
+            import triton
 
-        env["triton"] = triton
-    for k in record["kernels"]:
-        backends[k["backend"]].start(k, opts)
-    for k in record["kernels"]:
-        env[k["name"]] = backends[k["backend"]].load(k, opts)
-    targets = record.get("targets") or {n: tc_ir.resolve_target(t) for n, t in record["target_names"].items()}
-    env.update(targets)
-    env["constants"] = {name: graph.tensors[key] for name, key in record["constants"].items()}
-    exec(compile_source(record["source"]), env)  # noqa: S102  (our own generated wrapper)
+            env["triton"] = triton
+        for k in record["kernels"]:
+            backends[k["backend"]].start(k, opts)
+        for k in record["kernels"]:
+            env[k["name"]] = backends[k["backend"]].load(k, opts)
+    with timer("wrapper"):
+        targets = record.get("targets") or {n: tc_ir.resolve_target(t) for n, t in record["target_names"].items()}
+        env.update(targets)
+        env["constants"] = {name: graph.tensors[key] for name, key in record["constants"].items()}
+        exec(compile_source(record["source"]), env)  # noqa: S102  (our own generated wrapper)
     return CompiledGraph(env["call"], record["source"], [k["source"] for k in record["kernels"]],
                          dict(record["stats"]), {})
 
@@ -281,7 +286,9 @@ def _report(times: dict, record: dict) -> None:
     if not tc_ir.logs.enabled("perf_hints"):
         return
     total = sum(times.values())
-    parts = ", ".join(f"{stage} {seconds * 1000:.1f} ms" for stage, seconds in times.items())
+    order = ["cache_hit", "lower", "schedule", "codegen", "compile_kernels", "wrapper"]
+    stages = sorted(times, key=lambda st: order.index(st) if st in order else len(order))
+    parts = ", ".join(f"{stage} {times[stage] * 1000:.1f} ms" for stage in stages)
     perf.debug("compile %.1f ms (%s); %d kernels (%d unique), %d extern calls", total * 1000, parts,
                record["stats"]["kernels"], len(record["kernels"]), record["stats"]["extern_calls"])
     for op, reason in record.get("extern_reasons", {}).items():

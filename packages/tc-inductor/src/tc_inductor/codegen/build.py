@@ -61,7 +61,8 @@ def source_hash(source: str) -> str:
     return hashlib.sha256((toolchain_key() + source).encode()).hexdigest()[:24]
 
 
-def _workers() -> concurrent.futures.ThreadPoolExecutor:
+def workers() -> concurrent.futures.ThreadPoolExecutor:
+    """The compile pool: g++ processes and Triton compiles (which release the GIL in MLIR and ptxas)."""
     global _pool
     if _pool is None:
         _pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1),
@@ -75,7 +76,7 @@ def compile_cpp_async(source: str) -> concurrent.futures.Future:
     key = source_hash(source)
     with _lock:
         if key not in _loaded:
-            _loaded[key] = _workers().submit(_build_and_load, source, key)
+            _loaded[key] = workers().submit(_build_and_load, source, key)
         return _loaded[key]
 
 

@@ -8,17 +8,23 @@ row per stage). One config is chosen by heuristics; ``max_autotune`` benchmarks 
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import hashlib
 import importlib.util
 import math
 import os
+import threading
 from typing import Any
 
 import sympy
 import torch
 
+import tc_ir
+
 from .. import kir
 from ..kir import Ops, UOp
+from . import build
 from .build import cache_dir
 from .common import Emitter, Scope, print_index
 from .registry import register_backend
@@ -61,6 +67,9 @@ _BINARY = {
     Ops.LT: "{0} < {1}", Ops.LE: "{0} <= {1}", Ops.GT: "{0} > {1}", Ops.GE: "{0} >= {1}", Ops.EQ: "{0} == {1}",
     Ops.NE: "{0} != {1}",
 }
+
+
+_log = tc_ir.logs.get_logger("perf_hints")
 
 
 class TritonUnsupported(NotImplementedError):
@@ -507,17 +516,27 @@ class TritonBackend:
     def metadata(self, kernel: kir.Kernel, options: Any, device: Any) -> dict:
         interpret = _interpreting(device)
         return {"config": heuristic_config(kernel, interpret),
-                "autotune": bool(options.get("max_autotune")) and not interpret, "interpret": interpret}
+                "autotune": bool(options.get("max_autotune")) and not interpret, "interpret": interpret,
+                "warmup": None if interpret else warmup_signature(kernel, device)}
 
     def start(self, record: dict, options: Any) -> None:
-        pass  # Triton compiles on first launch (per device and signature)
+        """Compile for the GPU now, in the pool, instead of at the first launch."""
+        if record["meta"].get("warmup") is not None:
+            _start_warmup(self._kernel(record), record)
 
     def load(self, record: dict, options: Any):
+        kernel = self._kernel(record)
+        future = _warmups.get(_warmup_key(record))
+        if future is not None:
+            future.result()  # compiled (or failed, logged: the first launch then says why)
+        return kernel
+
+    def _kernel(self, record: dict):
         key = hashlib.sha256(record["source"].encode()).hexdigest()[:24]
         path = cache_dir() / "triton" / f"tc_{key}.py"
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
             tmp.write_text(record["source"])
             tmp.replace(path)
         return _import_kernel(path, record["meta"]["interpret"])
@@ -538,6 +557,44 @@ class TritonBackend:
 
 
 _modules: dict[str, Any] = {}
+_modules_lock = threading.Lock()
+_warmups: dict[str, concurrent.futures.Future] = {}  # by source, signature, config and device
+
+
+def warmup_signature(kernel: kir.Kernel, device: Any) -> dict | None:
+    """What ``JITFunction.warmup`` needs to compile ``kernel`` as the wrapper will launch it:
+    pointer dtypes (names) and the static sizes; None when a size is only known at run time."""
+    xnumel, rnumel = _static_numel(kernel.xranges), _static_numel(kernel.rranges)
+    if kernel.sizes or xnumel is None or rnumel is None or xnumel == 0:
+        return None
+    pointers = [str(dt).removeprefix("torch.") for _, dt in kernel.inputs + kernel.outputs]
+    ints = [xnumel] + ([rnumel] if kernel.is_reduction else [])
+    return {"pointers": pointers, "ints": ints, "device": torch.device(device).index or 0}
+
+
+def _warmup_key(record: dict) -> str:
+    meta = record["meta"]
+    return hashlib.sha256(repr((record["source"], meta.get("warmup"), meta["config"])).encode()).hexdigest()
+
+
+def _start_warmup(kernel: Any, record: dict) -> None:
+    key = _warmup_key(record)
+    with _modules_lock:
+        if key not in _warmups:
+            _warmups[key] = build.workers().submit(_warmup, kernel, record["meta"])
+
+
+def _warmup(kernel: Any, meta: dict) -> None:
+    sig = meta["warmup"]
+    args = [getattr(torch, name) for name in sig["pointers"]] + list(sig["ints"])
+    consts = {} if meta["autotune"] else dict(meta["config"])
+    try:
+        # Triton compiles for the calling thread's current device
+        with torch.cuda.device(sig["device"]) if torch.cuda.is_available() else contextlib.nullcontext():
+            kernel.warmup(*args, grid=(1,), **consts)
+    except Exception as e:  # the first launch compiles it again and raises what is wrong
+        _log.debug("ahead-of-time compile of a Triton kernel failed (%s: %s); it compiles at launch",
+                   type(e).__name__, e)
 
 
 def _check_interpreter() -> None:
@@ -553,6 +610,11 @@ def _check_interpreter() -> None:
 def _import_kernel(path, interpret: bool):
     if interpret:
         _check_interpreter()
+    with _modules_lock:
+        return _import_locked(path, interpret)
+
+
+def _import_locked(path, interpret: bool):
     key = str(path)
     if key not in _modules:
         saved = os.environ.get("TRITON_INTERPRET")

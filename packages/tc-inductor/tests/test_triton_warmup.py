@@ -1,0 +1,69 @@
+"""Triton kernels compile ahead of time, in the pool, once per (source, signature, config)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+import tc_inductor
+from tc_inductor import kir
+from tc_inductor.codegen import triton as triton_backend
+
+from inductor_helpers import build
+
+aten = torch.ops.aten
+
+
+def kernel_of(xranges, rranges=(), inputs=(("a", torch.bfloat16),), outputs=(("b", torch.float32),), sizes=()):
+    value = kir.load("a", sum(kir.xvars(len(xranges))), inputs[0][1])
+    store = kir.Store("b", sum(kir.xvars(len(xranges))), kir.cast(value, torch.float32), torch.float32)
+    return kir.Kernel(tuple(xranges), tuple(rranges), (kir.Stage((store,), ()),), inputs, outputs, sizes)
+
+
+def test_warmup_signature_names_pointer_dtypes_and_static_sizes():
+    sig = triton_backend.warmup_signature(kernel_of((4, 8)), "cuda:1")
+    assert sig == {"pointers": ["bfloat16", "float32"], "ints": [32], "device": 1}
+    assert triton_backend.warmup_signature(kernel_of((4, 8), sizes=("s0",)), "cuda") is None
+
+
+class FakeKernel:
+    def __init__(self):
+        self.calls, self.threads = [], set()
+
+    def warmup(self, *args, grid, **kwargs):
+        self.calls.append((args, kwargs))
+        self.threads.add(threading.get_ident())
+
+
+def test_warmup_runs_in_the_pool_once_per_kernel():
+    fake = FakeKernel()
+    meta = {"config": {"XBLOCK": 1024, "num_warps": 4}, "autotune": False, "interpret": False,
+            "warmup": {"pointers": ["float32", "bfloat16"], "ints": [4096], "device": 0}}
+    record = {"source": f"unique source {id(fake)}", "meta": meta}
+    triton_backend._start_warmup(fake, record)
+    triton_backend._start_warmup(fake, record)  # same source, signature and config: no second compile
+    triton_backend._warmups[triton_backend._warmup_key(record)].result()
+    assert fake.calls == [((torch.float32, torch.bfloat16, 4096), {"XBLOCK": 1024, "num_warps": 4})]
+    assert threading.get_ident() not in fake.threads
+
+
+def test_interpreted_kernels_are_not_warmed_up():
+    x = torch.randn(5, 7)
+    k = tc_inductor.compile(build(lambda g, x: g.call(aten.exp.default, x), [x]), [x],
+                            {"backend": "triton", "cache": False})
+    torch.testing.assert_close(k(x), x.exp())
+
+
+@pytest.mark.cuda
+def test_kernels_are_compiled_before_the_first_call():
+    import hashlib
+
+    x = torch.randn(1000, 33, device="cuda")
+    g = build(lambda g, x: g.call(aten._softmax.default, g.call(aten.sin.default, x), -1, False), [x])
+    k = tc_inductor.compile(g, [x], {"cache": False})
+    key = hashlib.sha256(k.kernels[0].encode()).hexdigest()[:24]
+    (module,) = [m for path, m in triton_backend._modules.items() if key in path]
+    assert any(caches[0] for caches in module.kernel.device_caches.values())  # compiled, never launched
+    torch.testing.assert_close(k(x), torch.softmax(x.sin(), -1))
