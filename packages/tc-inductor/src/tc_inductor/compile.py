@@ -25,7 +25,7 @@ from .config import VERSION, Options
 from .graph_lowering import GraphLowering, LoweredGraph
 from .ir import BufferValue, ComputedBuffer, ExternCall
 from .scheduler import Group, Schedule, build_kernel, schedule
-from .wrapper import KernelCall, generate
+from .wrapper import KernelCall, generate, wrapper_devices, wrapper_globals
 
 perf = tc_ir.logs.get_logger("perf_hints")
 output_code = tc_ir.logs.get_logger("output_code")
@@ -44,7 +44,7 @@ class CompiledGraph:
         self._fn, self.source, self.kernels, self.stats, self.timings = fn, source, kernels, stats, timings
 
     def __call__(self, *inputs: Any) -> Any:
-        return self._fn(list(inputs))
+        return self._fn(inputs)
 
     def __repr__(self) -> str:
         return f"<tc_inductor.CompiledGraph {self.stats}>"
@@ -134,7 +134,7 @@ def _generate(lowered: LoweredGraph, sched: Schedule, opts: Options, graph: tc_i
     tc_ir.logs.dump("fusion", graph.name, "\n".join(sched.log))
     output_code.debug("wrapper for %s:\n%s", graph.name, source)
     target_names = {k: _target_name(t) for k, t in targets.items()}
-    return {"source": source, "kernels": kernels, "stats": stats, "targets": targets, "target_names": target_names,
+    return {"source": source, "devices": wrapper_devices(lowered), "kernels": kernels, "stats": stats, "targets": targets, "target_names": target_names,
             "constants": dict(lowered.constant_keys), "cacheable": all(v is not None for v in target_names.values()),
             "extern_reasons": dict(lowered.extern_reasons)}
 
@@ -182,7 +182,7 @@ def _load(record: dict, graph: tc_ir.Graph, opts: Options, timer: _Timer) -> Com
 
     _load_builtin()
     backends = {e.name: e.backend for e in BACKENDS}
-    env: dict[str, Any] = {"torch": torch, "_layout": _layout, "constants": {}}
+    env: dict[str, Any] = {"torch": torch, "_layout": _layout, **wrapper_globals(record.get("devices", []))}
     with timer("compile_kernels"):  # builds started during codegen (or now, on a cache hit) finish here
         if any(k["backend"] == "triton" for k in record["kernels"]):
             import triton
@@ -195,7 +195,7 @@ def _load(record: dict, graph: tc_ir.Graph, opts: Options, timer: _Timer) -> Com
     with timer("wrapper"):
         targets = record.get("targets") or {n: tc_ir.resolve_target(t) for n, t in record["target_names"].items()}
         env.update(targets)
-        env["constants"] = {name: graph.tensors[key] for name, key in record["constants"].items()}
+        env.update({name: graph.tensors[key] for name, key in record["constants"].items()})
         exec(compile_source(record["source"]), env)  # noqa: S102  (our own generated wrapper)
     return CompiledGraph(env["call"], record["source"], [k["source"] for k in record["kernels"]],
                          dict(record["stats"]), {})

@@ -72,9 +72,9 @@ def generate(lowered: LoweredGraph, sched: Schedule, calls: dict, extern_names: 
     for inp in lowered.inputs:
         if inp.name in layouts:
             shape, stride, _, _ = layouts[inp.name]
-            body.append(f"{inp.name} = _layout({inp.name}, {_tup(shape)}, {_tup(stride)})")
-    for name in lowered.constants:
-        body.append(f"{name} = constants[{name!r}]")
+            # the common case (the compiled layout) costs two tuple compares, no call
+            body.append(f"if {inp.name}.stride() != {_tup(stride)} or {inp.name}.shape != {_tup(shape)}:")
+            body.append(f"    {inp.name} = _layout({inp.name}, {_tup(shape)}, {_tup(stride)})")
     last_use = _last_uses(sched)
     keep = set(lowered.output_buffers) | _passed_to_externs(sched)
     free: dict[tuple, list[str]] = {}
@@ -100,8 +100,26 @@ def _allocate(buf: ComputedBuffer, free: dict) -> str:
     key = (tuple(buf.shape), tuple(buf.stride), buf.dtype, str(buf.device))
     if free.get(key):
         return f"{buf.name} = {free[key].pop()}  # reuse"
-    return (f"{buf.name} = torch.empty_strided({_tup(buf.shape)}, {_tup(buf.stride)}, dtype={buf.dtype}, "
-            f"device={str(buf.device)!r})")
+    return (f"{buf.name} = empty_strided({_tup(buf.shape)}, {_tup(buf.stride)}, dtype={buf.dtype}, "
+            f"device={device_name(buf.device)})")
+
+
+def device_name(device: Any) -> str:
+    """The wrapper global holding ``device`` (a torch.device made once, not parsed per call)."""
+    device = torch.device(device)
+    return f"device_{device.type}{'' if device.index is None else device.index}"
+
+
+def wrapper_devices(lowered: LoweredGraph) -> list[str]:
+    return sorted({str(torch.device(step.device)) for step in lowered.steps if isinstance(step, ComputedBuffer)})
+
+
+def wrapper_globals(devices: list[str]) -> dict:
+    """Names the generated source reads besides kernels, extern targets and constants: bound
+    once, when the wrapper is loaded."""
+    env: dict[str, Any] = {"empty_strided": torch.empty_strided}
+    env.update({device_name(d): torch.device(d) for d in devices})
+    return env
 
 
 def _extern(step: ExternCall, layouts: dict, extern_names: dict) -> list[str]:

@@ -553,7 +553,10 @@ class TritonBackend:
             return f"{name}[{grid}]({', '.join(call_args)})"
         config = meta["config"]
         consts = ", ".join(f"{k}={v}" for k, v in config.items())
-        return f"{name}[(triton.cdiv({xnumel}, {config['XBLOCK']}),)]({', '.join(call_args)}, {consts})"
+        static = _static_numel(kernel.xranges)
+        grid = f"({-(-static // config['XBLOCK'])},)" if static is not None else \
+            f"(triton.cdiv({xnumel}, {config['XBLOCK']}),)"  # computed here when sizes are known
+        return f"{name}[{grid}]({', '.join(call_args)}, {consts})"
 
 
 _modules: dict[str, Any] = {}
