@@ -8,7 +8,7 @@ import torch
 import tc_ir
 import tc_inductor
 
-from inductor_helpers import build, check
+from inductor_helpers import assert_same, build, check
 
 aten = torch.ops.aten
 BACKENDS = ["cpp", "triton"]
@@ -213,3 +213,45 @@ def test_timings_cover_every_stage(caplog):
     caplog.set_level(logging.DEBUG, logger="tc.perf_hints")
     k = check(lambda g, x: g.call(aten.relu.default, x), [torch.randn(8, 3)], {"cache": False})
     assert {"lower", "schedule", "codegen", "compile_kernels", "wrapper"} <= set(k.timings)
+
+
+def _linear_relu(g, x, w, b):
+    return g.call(aten.relu.default, g.call(aten.add.Tensor, g.call(aten.mm.default, x, w), b))
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+def test_mm_bias_activation_is_addmm_then_one_kernel(backend):
+    x, w, b = torch.randn(8, 16), torch.randn(16, 32), torch.randn(32)
+    k = check(_linear_relu, [x, w, b], {"backend": backend, "cache": False})
+    assert k.stats["extern_calls"] == 1 and k.stats["kernels"] == 1
+    from tc_inductor.rewrites import rewrite
+
+    g = build(_linear_relu, [x, w, b])
+    assert [n.target for n in rewrite(g).calls] == [aten.addmm.default, aten.relu.default]
+    assert [n.target for n in g.calls] == [aten.mm.default, aten.add.Tensor, aten.relu.default]  # pure pass
+
+
+def test_addmm_gelu_epilogue_is_one_kernel():
+    x, w, b = torch.randn(8, 16), torch.randn(16, 32), torch.randn(32)
+    k = check(lambda g, x, w, b: g.call(aten.gelu.default, g.call(aten.addmm.default, b, x, w)), [x, w, b])
+    assert k.stats["extern_calls"] == 1 and k.stats["kernels"] == 1
+
+
+@pytest.mark.parametrize("case", ["mm_used_twice", "alpha", "bias_2d_rows", "other_dtype"])
+def test_mm_plus_bias_is_left_alone_when_addmm_differs(case):
+    from tc_inductor.rewrites import rewrite
+
+    x, w = torch.randn(8, 16), torch.randn(16, 32)
+    b = {"bias_2d_rows": torch.randn(8, 1), "other_dtype": torch.randn(32, dtype=torch.float64)}.get(case, torch.randn(32))
+
+    def fn(g, x, w, b):
+        mm = g.call(aten.mm.default, x, w)
+        add = g.call(aten.add.Tensor, mm, b, kwargs={"alpha": 2} if case == "alpha" else None)
+        return (add, mm) if case == "mm_used_twice" else add
+
+    g = build(fn, [x, w, b])
+    rewritten = rewrite(g)
+    folded = aten.addmm.default in [n.target for n in rewritten.calls]
+    assert folded == (case == "bias_2d_rows")  # an [M, 1] bias broadcasts in addmm too
+    k = tc_inductor.compile(g, [x, w, b], {"cache": False})
+    assert_same(k(x, w, b), tc_ir.interpret(g, [x, w, b]))

@@ -24,6 +24,7 @@ from .codegen.build import cache_dir
 from .config import VERSION, Options
 from .graph_lowering import GraphLowering, LoweredGraph
 from .ir import BufferValue, ComputedBuffer, ExternCall
+from .rewrites import rewrite
 from .scheduler import Group, Schedule, build_kernel, schedule
 from .wrapper import KernelCall, generate, wrapper_devices, wrapper_globals
 
@@ -79,7 +80,7 @@ def compile(graph: tc_ir.Graph, example_inputs: list, options: dict | Options | 
     record = _cache_get(key, opts) if key and opts.cache else None
     if record is None:
         with timer("lower"):
-            lowered = GraphLowering(graph, list(example_inputs), opts,
+            lowered = GraphLowering(rewrite(graph), list(example_inputs), opts,
                                     lambda sub, inputs: compile(sub, inputs, opts)).run()
         with timer("schedule"):
             sched = schedule(lowered, opts)

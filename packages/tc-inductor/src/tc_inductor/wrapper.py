@@ -128,14 +128,22 @@ def _extern(step: ExternCall, layouts: dict, extern_names: dict) -> list[str]:
     call = f"{extern_names[step.name]}({', '.join(p for p in (args, kwargs) if p)})"
     lines = [f"{step.name} = {call}  # {step.reason}"]
     if isinstance(step.outputs, BufferValue):
-        lines.append(f"{step.name} = _layout({step.name}, {_tup(step.outputs.shape)}, {_tup(step.outputs.stride)})")
+        lines += _checked_layout(step.name, step.name, step.outputs)
     elif isinstance(step.outputs, tuple):
         for i, out in enumerate(step.outputs):
             if isinstance(out, BufferValue):
-                lines.append(f"{out.name} = _layout({step.name}[{i}], {_tup(out.shape)}, {_tup(out.stride)})")
+                lines += _checked_layout(out.name, f"{step.name}[{i}]", out)
             else:
                 lines.append(f"{out.name} = {step.name}[{i}]")
     return lines
+
+
+def _checked_layout(name: str, value: str, out: BufferValue) -> list[str]:
+    """``name = value`` in the layout later code was compiled for; a copy only when it differs."""
+    shape, stride = _tup(out.shape), _tup(out.stride)
+    first = [] if name == value else [f"{name} = {value}"]
+    return first + [f"if {name}.stride() != {stride} or {name}.shape != {shape}:",
+                    f"    {name} = _layout({name}, {shape}, {stride})"]
 
 
 def _layouts(lowered: LoweredGraph) -> dict:
