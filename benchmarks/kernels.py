@@ -10,6 +10,7 @@ measured device copy bandwidth. Prints a table; skips cleanly without CUDA.
 from __future__ import annotations
 
 import sys
+import time
 
 import torch
 
@@ -70,13 +71,16 @@ def main() -> int:
     print(f"device: {torch.cuda.get_device_name()}")
     peak = copy_bandwidth(1 << 30)
     print(f"measured copy bandwidth: {peak:.0f} GB/s\n")
-    header = f"{'graph':32} {'tc GB/s':>9} {'%copy':>6} {'eager GB/s':>11} {'compile GB/s':>13} {'tc ms':>8} {'kernels':>8}"
+    header = (f"{'graph':32} {'tc GB/s':>9} {'%copy':>6} {'eager GB/s':>11} {'compile GB/s':>13} {'tc ms':>8} "
+              f"{'kernels':>8} {'tc compile s':>13}")
     print(header)
     print("-" * len(header))
     for name, build, make, tensors_moved in CASES:
         inputs = make()
         g = graph_of(build, inputs)
-        compiled = tc_inductor.compile(g, inputs)
+        start = time.perf_counter()
+        compiled = tc_inductor.compile(g, inputs, {"cache": False})  # Triton's own disk cache may still hit
+        compile_s = time.perf_counter() - start
         eager = lambda *a, g=g: tc_ir.interpret(g, list(a))  # noqa: E731
         fn = lambda *a, g=g: tc_ir.interpret(g, list(a))  # noqa: E731
         try:
@@ -94,7 +98,7 @@ def main() -> int:
         ms_tcc = bench(compiled_torch, *inputs) if compiled_torch else float("nan")
         bw = lambda ms: nbytes / ms / 1e6  # noqa: E731
         print(f"{name:32} {bw(ms_tc):9.0f} {100 * bw(ms_tc) / peak:5.0f}% {bw(ms_eager):11.0f} {bw(ms_tcc):13.0f} "
-              f"{ms_tc:8.3f} {compiled.stats['kernels']:8d}")
+              f"{ms_tc:8.3f} {compiled.stats['kernels']:8d} {compile_s:13.2f}")
     return 0
 
 
