@@ -6,8 +6,7 @@ variants per op, and dtypes eager rejects for an op are skipped automatically.
 
 from __future__ import annotations
 
-import math
-from typing import Any, Callable
+from typing import Callable
 
 import attrs
 import torch

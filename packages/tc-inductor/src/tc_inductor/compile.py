@@ -135,7 +135,8 @@ def _generate(lowered: LoweredGraph, sched: Schedule, opts: Options, graph: tc_i
     tc_ir.logs.dump("fusion", graph.name, "\n".join(sched.log))
     output_code.debug("wrapper for %s:\n%s", graph.name, source)
     target_names = {k: _target_name(t) for k, t in targets.items()}
-    return {"source": source, "devices": wrapper_devices(lowered), "kernels": kernels, "stats": stats, "targets": targets, "target_names": target_names,
+    return {"source": source, "devices": wrapper_devices(lowered), "kernels": kernels, "stats": stats,
+            "targets": targets, "target_names": target_names,
             "constants": dict(lowered.constant_keys), "cacheable": all(v is not None for v in target_names.values()),
             "extern_reasons": dict(lowered.extern_reasons)}
 

@@ -14,7 +14,7 @@ import sympy
 import torch
 
 from .. import kir
-from ..kir import GroupOp, Ops, UOp
+from ..kir import Ops, UOp
 from . import build
 from .common import Emitter, Scope, print_index
 from .registry import register_backend
