@@ -67,20 +67,18 @@ class CudaRecorder:
         with torch.cuda.device(device):
             stream, caller = self._stream(device), torch.cuda.current_stream()
             stream.wait_stream(caller)
-            with torch.cuda.stream(stream), _SyncWatch() as watch:
+            with torch.cuda.stream(stream):
                 result = call()
             caller.wait_stream(stream)
-            if watch.synced:
-                # A capture that meets a CPU sync fails and leaves CUDA's RNG in capture state,
-                # so such a function is never captured: the warm-up call tells us in advance.
-                value, problem = result
-                result = value, problem or f"fn synchronises with the CPU during its call ({watch.synced})"
             for t in tensors_in(result):
                 if t.is_cuda:
                     # Allocated on the side stream, used on the caller's: keep the allocator from
                     # handing the memory to the side stream again while the caller may use it.
                     t.record_stream(caller)
         return result
+
+    def sync_watch(self) -> SyncWatch:
+        return SyncWatch()
 
     def record(self, fn: Callable[..., Any], args: Sequence[Any], static: frozenset[int],
                label: str) -> RecordedGraph:
@@ -110,10 +108,10 @@ class CudaRecorder:
         return self._streams[device]
 
 
-class _SyncWatch:
+class SyncWatch:
     """Notes whether the code inside synchronises the device with the CPU (``.item()``...)."""
 
-    def __enter__(self) -> _SyncWatch:
+    def __enter__(self) -> SyncWatch:
         self.synced = ""
         self._mode = torch.cuda.get_sync_debug_mode()
         self._warnings = warnings.catch_warnings(record=True)

@@ -43,6 +43,7 @@ _ledgers_lock = threading.Lock()
 class Recorder(Protocol):
     def accepts(self, t: torch.Tensor) -> bool: ...
     def warm_call(self, call: Callable[[], Any], args: Sequence[Any]) -> Any: ...
+    def sync_watch(self) -> Any: ...
     def record(self, fn: Callable[..., Any], args: Sequence[Any], static: frozenset[int], label: str) -> Any: ...
 
 
@@ -128,7 +129,12 @@ class CudaGraphed:
         change the meaning: inputs written in place, or outputs that autograd should track."""
         copied = [i for i in range(len(args)) if i not in self.static]
         before = mutation.snapshot(args, copied, self.check_mutation_by_value)
-        result = self.fn(*args)
+        with self.recorder.sync_watch() as watch:
+            result = self.fn(*args)
+        if watch.synced:
+            # A capture that meets a CPU sync fails and leaves CUDA's RNG in capture state, so
+            # such a function is never captured: this plain call tells us in advance.
+            return result, f"fn synchronises with the CPU during its call ({watch.synced})"
         if written := mutation.mutated(args, before):
             return result, (f"fn writes into non-static inputs {written}; a graph would write into "
                             "its copies instead (mark them static if they are parameters or buffers)")
