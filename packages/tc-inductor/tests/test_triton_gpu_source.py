@@ -8,6 +8,7 @@ import torch
 
 import tc_ir
 import tc_inductor
+from tc_inductor import kir
 from tc_inductor.codegen import triton as triton_backend
 
 from inductor_helpers import assert_same, build
@@ -48,3 +49,22 @@ def test_pointwise_block_grows_for_narrow_dtypes(dtype, block, monkeypatch):
     assert f"XBLOCK={block}," in k.source
     assert "xmask" not in k.kernels[0].split("xmask = xindex < xnumel")[1]  # full blocks: no masks
     assert ".to(tl.int64)" not in k.kernels[0]  # small enough for int32 index math
+
+
+def test_index_values_that_overflow_int32_keep_int64_math():
+    value = kir.UOp(kir.Ops.INDEX, torch.int64, (), kir.xvars(1)[0] * 2**40)
+    store = kir.Store("b", kir.xvars(1)[0], value, torch.int64)
+    kernel = kir.Kernel((64,), (), (kir.Stage((store,), ()),), (), (("b", torch.int64),))
+    assert not triton_backend.fits_int32(kernel)
+    small = kir.Kernel((64,), (), (kir.Stage((kir.Store("b", kir.xvars(1)[0], kir.UOp(
+        kir.Ops.INDEX, torch.int64, (), kir.xvars(1)[0] * 3), torch.int64),), ()),), (), (("b", torch.int64),))
+    assert triton_backend.fits_int32(small)
+
+
+def test_arange_with_a_large_step_under_the_interpreter(monkeypatch):
+    monkeypatch.setattr(triton_backend, "_interpreting", lambda device: False)
+    x = torch.zeros(64, dtype=torch.int64)
+    g = build(lambda g, x: g.call(aten.add.Tensor, x, g.call(
+        aten.arange.start_step, 0, 64 * 2**33, 2**33, kwargs={"dtype": torch.int64})), [x])
+    k = tc_inductor.compile(g, [x], {"backend": "triton", "cache": False})
+    assert_same(k(x), tc_ir.interpret(g, [x]))

@@ -436,6 +436,8 @@ def _indices(kernel: kir.Kernel):
             for u in s.value.toposort():
                 if u.op is Ops.LOAD:
                     yield u.arg[1]
+                elif u.op is Ops.INDEX:  # computed in the index dtype before widening to int64
+                    yield u.arg
 
 
 def index_bound(expr: sympy.Expr, ranges: dict) -> int | None:
