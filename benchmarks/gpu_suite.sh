@@ -4,7 +4,7 @@
 # Usage there: bash benchmarks/gpu_suite.sh [tests|bench|all]   (logs go to $OUT when set)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONPATH="$(ls -d packages/*/src | tr '\n' ':')${PYTHONPATH:-}"
+export PYTHONPATH="$(ls -d $PWD/packages/*/src | tr "\n" ":")${PYTHONPATH:-}"
 export PYTHONUNBUFFERED=1
 OUT="${OUT:-bench_out}"; mkdir -p "$OUT"
 what="${1:-all}"

@@ -157,7 +157,6 @@ def test_integer_output_is_not_differentiable():
     run_both_ways(cond_graph(true, false, scale=False), inputs(True))
 
 
-@pytest.mark.xfail(reason="tc_inductor cannot yet write a cond node (sub-graph args) into its wrapper")
 def test_through_the_inductor():
     tc_inductor = pytest.importorskip("tc_inductor")
     compile_ = lambda g, ex: tc_inductor.compile(g, ex)  # noqa: E731
