@@ -1,6 +1,7 @@
-import pytest
 import os
 import sys
+
+import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 

@@ -8,6 +8,7 @@ pure functions of constants are folded; anything else is a graph break.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import os
@@ -35,6 +36,7 @@ from ..variables import (
     TupleV,
     V,
 )
+from . import queries
 from .record import DATA_METHODS, record
 from .session import Unsupported
 
@@ -42,6 +44,11 @@ _STDLIB = os.path.realpath(sysconfig.get_paths()["stdlib"])
 _TORCH_DIR = os.path.dirname(os.path.realpath(torch.__file__))
 _INLINE_TORCH = (os.path.join(_TORCH_DIR, "nn", "modules"),  # torch's modules' forwards
                  os.path.join(_TORCH_DIR, "utils", "_contextlib.py"))  # @torch.no_grad() as a decorator
+# Standard-library code that library models run and that is plain Python with no hidden state:
+# ``nullcontext`` (transformers' ``maybe_autocast``) and the default ``__enter__`` of
+# ``AbstractContextManager`` subclasses.
+_INLINE_STDLIB = {contextlib.nullcontext.__init__.__code__, contextlib.nullcontext.__enter__.__code__,
+                  contextlib.nullcontext.__exit__.__code__, contextlib.AbstractContextManager.__enter__.__code__}
 _CO_ASYNC = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 _UNSAFE_TORCH = {"manual_seed", "seed", "save", "load", "set_default_dtype", "set_default_device",
                  "set_grad_enabled", "use_deterministic_algorithms", "set_printoptions", "compile",
@@ -88,6 +95,12 @@ def _call_const(f, fn: Const, args, kwargs) -> V:
         return call_module(f, fn, args, kwargs)
     if _hashable(value) and value in _TORCH_CONSTANTS:
         return Const(_TORCH_CONSTANTS[value])
+    if queries.is_query(value):
+        answered = queries.answer(f, value, args, kwargs)
+        if answered is not None:
+            return answered
+    if queries.dispatch_stack_query(value) and not args and not kwargs:
+        return queries.empty_dispatch_stack(f)
     if is_torch_callable(value):
         return torch_call(f, value, args, kwargs)
     if isinstance(value, types.FunctionType):
@@ -219,8 +232,10 @@ def construct(f, cls: type, args, kwargs) -> V:
                 torch.Size, torch.device, slice, complex, frozenset):
             return Const(cls(*[a.value for a in args], **{k: v.value for k, v in kwargs.items()}))
         raise Unsupported(f"creating a {cls.__qualname__} inside a captured function")
-    if cls.__new__ is not object.__new__ or type(cls) is not type:
+    if cls.__new__ is not object.__new__ or type(cls).__call__ is not type.__call__:
         raise Unsupported(f"class {cls.__qualname__} has a custom __new__ or metaclass")
+    if getattr(cls, "__abstractmethods__", None):  # ABCMeta classes: object.__new__ would raise
+        raise Unsupported(f"class {cls.__qualname__} has abstract methods")
     obj = ObjV(cls)
     init = cls.__init__
     if init is not object.__init__:
@@ -258,6 +273,8 @@ def _skip_reason(fn) -> str | None:
     if code.co_flags & _CO_ASYNC:
         return f"{code.co_name} is a coroutine"
     path = os.path.realpath(code.co_filename)
+    if code in _INLINE_STDLIB:
+        return None
     if path.startswith(_STDLIB) and "site-packages" not in path and "dist-packages" not in path:
         return f"{_name(fn)} lives in the standard library ({os.path.basename(path)})"
     if path.startswith(_TORCH_DIR) and not path.startswith(_INLINE_TORCH):

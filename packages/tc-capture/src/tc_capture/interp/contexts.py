@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ..variables import AutocastV, Const, ExitV, GradModeV, V
+from ..variables import AutocastV, Const, ExitV, GradModeV, ObjV, V
 from .frame import handler
 from .session import Unsupported
 
@@ -43,21 +43,44 @@ def make_context(f, cls, args, kwargs) -> V:
     return AutocastV(tuple(realize_const(a) for a in args), {k: realize_const(v) for k, v in kwargs.items()})
 
 
-def enter(f, ctx: V) -> ExitV:
+def enter(f, ctx: V) -> tuple[V, V]:
+    """Enter ``ctx``: the ``__exit__`` to leave on the stack and what ``as`` binds."""
     if isinstance(ctx, GradModeV):
         if ctx.applied is None:
             prev = f.session.grad_enabled
             set_grad(f, ctx.enabled)
         else:
             prev = ctx.applied
-        return ExitV("grad", prev)
+        return ExitV("grad", prev), Const(None)
     if isinstance(ctx, AutocastV):
         args = _autocast_args(ctx)
         node = f.session.graph.call(_enter_autocast, *args, spec=None)
         real = _enter_autocast(*args)
         f.session.autocast_stack.append(real)
-        return ExitV("autocast", node)
-    raise Unsupported(f"`with` on {type(ctx).__name__}")
+        return ExitV("autocast", node), Const(None)
+    return _enter_python(f, ctx)
+
+
+def _enter_python(f, ctx: V) -> tuple[V, V]:
+    """A context manager written in Python (``nullcontext()``, a user class): its ``__enter__``
+    is inlined and its bound ``__exit__`` left on the stack, called like any method later."""
+    from .attrs import get_attr
+    from .calls import call_function
+
+    if not isinstance(ctx, (ObjV, Const)) or isinstance(ctx, Const) and not _python_dunders(type(ctx.value)):
+        raise Unsupported(f"`with` on {_type_name(ctx)}")
+    exit_fn = get_attr(f, ctx, "__exit__")
+    return exit_fn, call_function(f, get_attr(f, ctx, "__enter__"), [], {})
+
+
+def _python_dunders(cls: type) -> bool:
+    import types
+
+    return all(isinstance(getattr(cls, name, None), types.FunctionType) for name in ("__enter__", "__exit__"))
+
+
+def _type_name(ctx: V) -> str:
+    return type(ctx.value).__name__ if isinstance(ctx, Const) else type(ctx).__name__
 
 
 def _autocast_args(ctx: AutocastV) -> tuple:
@@ -80,8 +103,8 @@ def restore(f, ex: ExitV) -> None:
 
 @handler("BEFORE_WITH")
 def op_before_with(f, inst):
-    ctx = f.pop()
-    f.push(enter(f, ctx))
-    f.push(Const(None))
+    exit_fn, entered = enter(f, f.pop())
+    f.push(exit_fn)
+    f.push(entered)
 
 
