@@ -12,7 +12,7 @@ import copy
 import sys
 
 import torch
-from models import MODELS, _step_fn  # noqa: E402  (benchmarks/ is the working directory's sibling)
+from models import MODELS, _step_fn, _wrap  # noqa: E402  (benchmarks/ is the working directory's sibling)
 
 import tc
 
@@ -36,9 +36,9 @@ def main() -> None:
     print(f"tc capture: {report.graph_count} graph(s), {report.graph_break_count} break(s)")
     for b in report.break_reasons[:10]:
         print("   ", b)
-    for variant in ("torch.compile", "tc"):
+    for variant in sys.argv[3:] or ("torch.compile", "tc"):
         model = copy.deepcopy(base).cuda().train(task == "train")
-        fn = torch.compile(model) if variant == "torch.compile" else tc.compile(model)
+        fn = _wrap(variant, model)
         step, _ = _step_fn(task, fn, model, inputs, "cuda")
         events = profile(step)
         launches = sum(e.count for e in events) / 5

@@ -142,7 +142,9 @@ def _checked_layout(name: str, value: str, out: BufferValue) -> list[str]:
     """``name = value`` in the layout later code was compiled for; a copy only when it differs."""
     shape, stride = _tup(out.shape), _tup(out.stride)
     first = [] if name == value else [f"{name} = {value}"]
-    return first + [f"if {name}.stride() != {stride} or {name}.shape != {shape}:",
+    # Vendor kernels may return None where their meta kernel promises a tensor (cuDNN attention's
+    # optional outputs on CUDA): nothing to lay out then.
+    return first + [f"if {name} is not None and ({name}.stride() != {stride} or {name}.shape != {shape}):",
                     f"    {name} = _layout({name}, {shape}, {stride})"]
 
 
