@@ -155,6 +155,10 @@ class Rebuild:
             elif effect[0] == "global":
                 _, gdict, name, value = effect
                 self.lines.append(f"{self.refs(gdict)}[{name!r}] = {self.expr(value)}")
+            elif effect[0] == "call":
+                _, fn, args, kwargs = effect
+                call = [self.expr(a) for a in args] + [f"{k}={self.expr(v)}" for k, v in kwargs.items()]
+                self.lines.append(f"{self.expr(fn)}({', '.join(call)})")
         for v in session.mutated.values():
             self._replay(v)
 

@@ -395,3 +395,30 @@ def signature_(f, args, kwargs) -> V:
     else:
         raise Unsupported(f"inspect.signature of a {type(fn).__name__}")
     return Const(inspect.signature(real, **{k: realize_const(v) for k, v in kwargs.items()}))
+
+
+@builtin(__import__("warnings").warn)
+def warn_(f, args, kwargs) -> V:
+    """``warnings.warn(...)``: replayed after the graph, in order with the region's other side
+    effects, so the warning is issued on every call as eager issues it (the filters see the
+    runner's location, not the user's line)."""
+    if not all(isinstance(a, Const) for a in [*args, *kwargs.values()]):
+        raise Unsupported("warnings.warn of a value not known at capture time")
+    f.session.side_effects.append(("call", Const(__import__("warnings").warn), list(args), dict(kwargs)))
+    return Const(None)
+
+
+@builtin(torch._assert)
+def torch_assert_(f, args, kwargs) -> V:
+    """``torch._assert(cond, msg)`` (torchvision's shape checks): on a Python condition it is an
+    ``assert`` answered at capture time, so the graph gets no node; on a tensor it is recorded."""
+    from .record import record
+
+    cond = args[0] if args else kwargs["condition"]
+    if isinstance(cond, TensorV):
+        return record(f.session, torch._assert, tuple(args), kwargs)
+    if not isinstance(cond, Const):
+        raise Unsupported(f"torch._assert on a {type(cond).__name__}")
+    if not cond.value:
+        raise Unsupported("torch._assert fails: run it in Python to raise")
+    return Const(None)

@@ -77,7 +77,7 @@ class Session:
         self.inputs: list[tuple[Any, S.Source, Any]] = []  # (node, source, example value)
         self.by_source: dict[str, V] = {}
         self.by_object: dict[int, tuple] = {}  # id -> (container, V): aliases of one list/dict
-        self.side_effects: list[tuple] = []  # ("setattr", obj V, name, value V) / ("global", ...) / ...
+        self.side_effects: list[tuple] = []  # ("setattr", obj V, name, value V) / ("global", ...) / ("call", fn, args, kwargs)
         self.mutated: dict[int, V] = {}  # sourced containers changed in place
         self.fullgraph = fullgraph
         self.grad_enabled = torch.is_grad_enabled()
