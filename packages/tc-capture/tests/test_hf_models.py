@@ -74,3 +74,38 @@ def test_hf_train_gradients(name):
             assert torch.allclose(a.grad, b.grad, atol=1e-5, rtol=1e-4), n
     r = tc_capture.capture(twin, input_ids=ids)
     assert r.graph_break_count == 0, r.breaks
+
+
+def _rotary_forward_517(self, x, position_ids):
+    """LlamaRotaryEmbedding.forward as transformers 5.17 has it: float32 under ``maybe_autocast``,
+    which returns ``contextlib.nullcontext()`` (an ``ABCMeta`` class) when autocast is off."""
+    from transformers.utils.generic import maybe_autocast
+
+    inv_freq_expanded = self.inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1).to(x.device)
+    position_ids_expanded = position_ids[:, None, :].float()
+    device_type = x.device.type if isinstance(x.device.type, str) and x.device.type != "mps" else "cpu"
+    with maybe_autocast(device_type=device_type, enabled=False):  # Force float32
+        freqs = (inv_freq_expanded.float() @ position_ids_expanded.float()).transpose(1, 2)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos = emb.cos() * self.attention_scaling
+        sin = emb.sin() * self.attention_scaling
+    return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
+
+
+def test_llama_517_rotary_with_nullcontext_one_graph(monkeypatch):
+    generic = pytest.importorskip("transformers.utils.generic")
+    if not hasattr(generic, "maybe_autocast"):
+        pytest.skip("this transformers has no maybe_autocast")
+    from transformers.models.llama import modeling_llama
+
+    monkeypatch.setattr(modeling_llama.LlamaRotaryEmbedding, "forward", _rotary_forward_517)
+    torch.manual_seed(0)
+    model, get = _llama()
+    model.eval()
+    f = tc_capture.optimize(tc_capture.interpret_backend)(model)
+    with torch.no_grad():
+        for shape in ((2, 8), (2, 8), (3, 5)):
+            ids = torch.randint(0, 1000, shape)
+            tree_close(get(model(input_ids=ids)), get(f(input_ids=ids)))
+        r = tc_capture.capture(model, input_ids=torch.randint(0, 1000, (2, 8)))
+    assert (r.graph_count, r.graph_break_count) == (1, 0), r.breaks
