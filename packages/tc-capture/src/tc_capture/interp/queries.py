@@ -87,6 +87,9 @@ def answer(f, fn, args: list[V], kwargs: dict[str, V]) -> V | None:
         return None
     a, kw = [x.value for x in args], {k: x.value for k, x in kwargs.items()}
     name = QUERIES.get(fn, getattr(fn, "__name__", "?"))
+    if fn not in QUERIES and (a or kw) and name.lstrip("_").startswith("get_"):
+        return None  # some torch._C getters set the value when given one
+
     if name in _AUTOCAST and f.session.autocast_stack:
         return _autocast_in_region(f, fn, name, a, kw)
     value = fn(*a, **kw)
