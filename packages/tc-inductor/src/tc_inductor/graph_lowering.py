@@ -65,6 +65,7 @@ class GraphLowering:
         self.target: Any = None
         self._count = 0
         self._depth = 0
+        self._stored_bases: dict = {}  # Pointwise -> BufferValue: view bases stored for externs
 
     # ---- the context lowerings use ----------------------------------------------------------
     def new_name(self, prefix: str = "buf") -> str:
@@ -81,6 +82,20 @@ class GraphLowering:
                              lambda index, rindex, value=value: value.load(index))
         self._add_computed(buf)
         return buf.value()
+
+    def realize_for_extern(self, value: TensorValue) -> BufferValue:
+        """Store ``value`` for an extern call. A view of a computed value is stored as its base,
+        in the base's own (eager) layout, and passed as a strided window, as eager passes views:
+        ``mm(x, t(w.to(bf16)))`` gets a transposed view of a row-major cast weight, whose rows
+        are 16-byte aligned for the vendor GEMM, not a transposed copy with odd leading dims."""
+        if isinstance(value, Pointwise) and value.view_of is not None:
+            base, redo = value.view_of
+            if base not in self._stored_bases:
+                self._stored_bases[base] = self.realize(base)
+            window = redo(self._stored_bases[base])
+            if isinstance(window, BufferValue):
+                return window
+        return self.realize(value)
 
     def reduction(self, shape, dtype, device, body, rranges, reduction_type, reduced_dims=()) -> BufferValue:
         buf = ComputedBuffer(self.new_name(), tuple(shape), contiguous_stride(shape), dtype, device, body,
@@ -237,8 +252,9 @@ class GraphLowering:
         mutates = tc_ir.is_mutating(target)
         if mutates:
             self._realize_everything_pending()
+            self._stored_bases.clear()  # later readers of a base must not see the mutation
         args, kwargs = tc_ir.map_structure(
-            (args, kwargs), lambda v: self.realize(v) if isinstance(v, Pointwise) else v)
+            (args, kwargs), lambda v: self.realize_for_extern(v) if isinstance(v, Pointwise) else v)
         name = self.new_name("extern")
         outputs = _extern_outputs(name, spec)
         self.steps.append(ExternCall(name, target, args, kwargs, outputs, mutates, reason))

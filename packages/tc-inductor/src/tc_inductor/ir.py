@@ -54,6 +54,10 @@ class Pointwise(TensorValue):
     def __init__(self, shape: Sequence[Any], dtype: torch.dtype, device: torch.device, fn: Callable[[Index], UOp]):
         self.shape, self.dtype, self.device, self.fn = tuple(shape), dtype, torch.device(device), fn
         self._memo: dict[Index, UOp] = {}
+        # (base, redo) when this value is only a view (permute, reshape, expand, slice...) of the
+        # computed value ``base``: ``redo(buffer)`` re-applies the views to ``base`` once stored,
+        # so an extern call gets a strided window on ``base`` in its own layout, as in eager.
+        self.view_of: tuple | None = None
 
     def load(self, index: Index) -> UOp:
         index = tuple(sympy.sympify(i) for i in index)

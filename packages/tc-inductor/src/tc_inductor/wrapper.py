@@ -35,6 +35,8 @@ def render_value(value: Any, layouts: dict) -> str:
         if base is not None and tuple(base[0]) == tuple(value.shape) and tuple(base[1]) == tuple(value.stride) \
                 and value.offset == 0:
             return value.name
+        if value.offset == 0:  # as_strided keeps the base's storage offset when given none
+            return f"{value.name}.as_strided({_tup(value.shape)}, {_tup(value.stride)})"
         return (f"{value.name}.as_strided({_tup(value.shape)}, {_tup(value.stride)}, "
                 f"{value.name}.storage_offset() + {value.offset})")
     if isinstance(value, RuntimeValue):

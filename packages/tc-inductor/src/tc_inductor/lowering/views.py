@@ -26,6 +26,21 @@ def remap(x: TensorValue, shape: tuple, fn: Callable[[tuple], tuple]) -> Pointwi
     return Pointwise(shape, x.dtype, x.device, lambda index: x.load(fn(index)))
 
 
+def view_remap(x: TensorValue, shape: tuple, fn: Callable[[tuple], tuple],
+               redo: Callable[[TensorValue], TensorValue]) -> Pointwise:
+    """``remap`` for a view op; ``redo`` applies the same view to any value (a buffer gives a window).
+
+    A view of a computed value remembers its pre-view base, so an extern call reading the view
+    gets the base stored in its own layout plus a window (``t(w.to(bf16))`` into mm: a transposed
+    view of a contiguous cast weight, with 16-byte aligned rows, not a transposed copy).
+    """
+    out = remap(x, shape, fn)
+    if isinstance(x, Pointwise):
+        base, chain = x.view_of or (x, None)
+        out.view_of = (base, redo if chain is None else (lambda b: redo(chain(b))))
+    return out
+
+
 def _norm_dim(dim: int, ndim: int) -> int:
     return dim % ndim if ndim else 0
 
@@ -144,7 +159,7 @@ def view(x: TensorValue, shape: tuple) -> TensorValue:
         stride = _view_strides(x.shape, x.stride, shape)
         if stride is not None:
             return x.restrided(shape, stride, x.offset)
-    return remap(x, shape, reshape_index(x.shape, shape))
+    return view_remap(x, shape, reshape_index(x.shape, shape), lambda b: view(b, shape))
 
 
 @register(aten.view.default, aten.reshape.default, aten._unsafe_view.default, aten.view_copy.default,
@@ -168,7 +183,8 @@ def permute(x: TensorValue, dims: list) -> TensorValue:
     if isinstance(x, BufferValue):
         return x.restrided(shape, tuple(x.stride[d] for d in dims), x.offset)
     inverse = [dims.index(k) for k in range(len(dims))]
-    return remap(x, shape, lambda index: tuple(index[inverse[k]] for k in range(len(dims))))
+    return view_remap(x, shape, lambda index: tuple(index[inverse[k]] for k in range(len(dims))),
+                      lambda b: permute(b, dims))
 
 
 register(aten.permute.default, aten.permute_copy.default)(lambda ctx, x, dims: permute(x, dims))
@@ -195,11 +211,15 @@ def _expand(ctx, x, *args, **kwargs):
         keep = list(args[1])
         inner = tuple(x.shape[keep.index(d)] if d in keep else 1 for d in range(len(shape)))
         x, lead = view(x, inner), 0
+    return expand(x, shape, lead)
+
+
+def expand(x: TensorValue, shape: tuple, lead: int) -> TensorValue:
     if isinstance(x, BufferValue):
         stride = (0,) * lead + tuple(0 if (s == 1 and n != 1) else st for s, n, st in zip(x.shape, shape[lead:], x.stride))
         return x.restrided(shape, stride, x.offset)
-    return remap(x, shape, lambda index: tuple(
-        sympy.Integer(0) if s == 1 else i for i, s in zip(index[lead:], x.shape)))
+    return view_remap(x, shape, lambda index: tuple(
+        sympy.Integer(0) if s == 1 else i for i, s in zip(index[lead:], x.shape)), lambda b: expand(b, shape, lead))
 
 
 def _slice_bounds(size, start, end, step):
@@ -216,21 +236,30 @@ def _slice_bounds(size, start, end, step):
 def _slice(ctx, x, dim=0, start=None, end=None, step=1):
     dim = _norm_dim(dim, x.ndim)
     start, end, step, length = _slice_bounds(x.shape[dim], start, end, step)
+    return slice_(x, dim, start, step, length)
+
+
+def slice_(x: TensorValue, dim: int, start: int, step: int, length: int) -> TensorValue:
     shape = x.shape[:dim] + (length,) + x.shape[dim + 1:]
     if isinstance(x, BufferValue):
         stride = x.stride[:dim] + (x.stride[dim] * step,) + x.stride[dim + 1:]
         return x.restrided(shape, stride, x.offset + start * x.stride[dim])
-    return remap(x, shape, lambda index: index[:dim] + (index[dim] * step + start,) + index[dim + 1:])
+    return view_remap(x, shape, lambda index: index[:dim] + (index[dim] * step + start,) + index[dim + 1:],
+                      lambda b: slice_(b, dim, start, step, length))
 
 
 @register(aten.select.int, aten.select_copy.int)
 def _select(ctx, x, dim, i):
     dim = _norm_dim(dim, x.ndim)
-    i = i + x.shape[dim] if i < 0 else i
+    return select(x, dim, i + x.shape[dim] if i < 0 else i)
+
+
+def select(x: TensorValue, dim: int, i: int) -> TensorValue:
     shape = x.shape[:dim] + x.shape[dim + 1:]
     if isinstance(x, BufferValue):
         return x.restrided(shape, x.stride[:dim] + x.stride[dim + 1:], x.offset + i * x.stride[dim])
-    return remap(x, shape, lambda index: index[:dim] + (sympy.Integer(i),) + index[dim:])
+    return view_remap(x, shape, lambda index: index[:dim] + (sympy.Integer(i),) + index[dim:],
+                      lambda b: select(b, dim, i))
 
 
 @register(aten.narrow.default)
