@@ -21,7 +21,7 @@ from tc_ir import Node, TensorSpec
 
 from . import kir
 from .cond import lower_cond
-from .decompositions import EXTERN_PREFERRED, trace_decomposition
+from .decompositions import EXTERN_PREFERRED, corrected_spec, trace_decomposition
 from .ir import (BufferValue, ComputedBuffer, ExternCall, InputBuffer, Pointwise, TensorValue, Unsupported,
                  contiguous_stride)
 from .lowering import LOWERINGS
@@ -131,7 +131,8 @@ class GraphLowering:
         if isinstance(value, Node):
             return self._output(value, value.spec)
         if isinstance(value, Pointwise):
-            stride = spec.stride if isinstance(spec, TensorSpec) and _dense(spec) else None
+            stride = spec.stride if isinstance(spec, TensorSpec) and _dense(spec) and \
+                tuple(spec.shape) == tuple(value.shape) else None
             return self.realize(value, stride)
         if isinstance(value, (tuple, list)):
             specs = spec if isinstance(spec, (tuple, list)) and len(spec) == len(value) else [None] * len(value)
@@ -154,9 +155,11 @@ class GraphLowering:
             if isinstance(args[0], RuntimeValue):
                 return self.extern(node, args, kwargs, "item of an opaque value")
             return args[0][args[1]]
-        result = self.lower_call(node, node.target, node.spec, args, kwargs)
-        for value, spec in zip(tc_ir.leaves(result), tc_ir.leaves(node.spec)):
-            if isinstance(value, Pointwise) and isinstance(spec, TensorSpec) and _dense(spec):
+        spec = corrected_spec(node.target, node.spec, args, kwargs)
+        result = self.lower_call(node, node.target, spec, args, kwargs)
+        for value, spec in zip(tc_ir.leaves(result), tc_ir.leaves(spec)):
+            if isinstance(value, Pointwise) and isinstance(spec, TensorSpec) and _dense(spec) \
+                    and tuple(spec.shape) == tuple(value.shape):
                 value.preferred_stride = spec.stride  # realized as eager would lay it out
         return self._maybe_realize(node, result)
 
