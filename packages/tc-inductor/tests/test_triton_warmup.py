@@ -65,5 +65,17 @@ def test_kernels_are_compiled_before_the_first_call():
     k = tc_inductor.compile(g, [x], {"cache": False})
     key = hashlib.sha256(k.kernels[0].encode()).hexdigest()[:24]
     (module,) = [m for path, m in triton_backend._modules.items() if key in path]
-    assert any(caches[0] for caches in module.kernel.device_caches.values())  # compiled, never launched
+    assert any(caches[0] for caches in triton_backend.kernel_function(module, k.kernels[0]).device_caches.values())  # compiled, never launched
     torch.testing.assert_close(k(x), torch.softmax(x.sin(), -1))
+
+
+def test_kernels_are_named_by_what_they_compute():
+    x = torch.randn(64, 32)
+    g = build(lambda g, x: (g.call(aten._softmax.default, x, -1, False),
+                            g.call(aten.tanh.default, g.call(aten.add.Tensor, x, x))), [x])
+    k = tc_inductor.compile(g, [x], {"backend": "triton", "cache": False, "fusion": False})
+    names = [triton_backend.kernel_function_name(src) for src in k.kernels]
+    assert len(set(names)) == len(names)
+    assert any(n.startswith("tc_red_max") for n in names) and any(n.startswith("tc_poi_add_tanh") for n in names)
+    out = k(x)
+    torch.testing.assert_close(out[0], torch.softmax(x, -1))

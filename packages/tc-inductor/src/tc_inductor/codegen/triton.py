@@ -14,6 +14,7 @@ import hashlib
 import importlib.util
 import math
 import os
+import re
 import threading
 from typing import Any
 
@@ -504,8 +505,12 @@ class TritonBackend:
     def generate(self, kernel: kir.Kernel, name: str, options: Any, device: Any) -> str:
         interpret = _interpreting(device)
         autotune = bool(options.get("max_autotune")) and not interpret
-        writer = TritonKernelWriter(kernel, name, interpret, None if autotune else heuristic_config(kernel, interpret))
+        writer = TritonKernelWriter(kernel, "kernel", interpret, None if autotune else heuristic_config(kernel, interpret))
         text = writer.generate()
+        # Named by what it computes plus a hash of its text: readable in profiles, unique per
+        # distinct kernel, and still the same for identical kernels (which then share one build).
+        digest = hashlib.sha256(text.encode()).hexdigest()[:6]
+        text = text.replace("def kernel(", f"def {descriptive_name(kernel)}_{digest}(", 1)
         if autotune:
             configs = ", ".join(
                 f"triton.Config({ {k: v for k, v in c.items() if k != 'num_warps'} }, num_warps={c['num_warps']})"
@@ -541,7 +546,7 @@ class TritonBackend:
             tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
             tmp.write_text(record["source"])
             tmp.replace(path)
-        return _import_kernel(path, record["meta"]["interpret"])
+        return _import_kernel(path, record["meta"]["interpret"], kernel_function_name(record["source"]))
 
     def launch(self, name: str, kernel: kir.Kernel, args: list[str], options: Any, device: Any) -> str:
         xnumel = print_index(sympy.sympify(sympy.Mul(*kernel.xranges)), {}, "//") if kernel.xranges else "1"
@@ -561,6 +566,21 @@ class TritonBackend:
         return f"{name}[{grid}]({', '.join(call_args)}, {consts})"
 
 
+def descriptive_name(kernel: kir.Kernel) -> str:
+    """``tc_poi_add_tanh``, ``tc_red_sum_rsqrt``: the kind and the first few distinct math ops."""
+    kind = "red" if kernel.is_reduction else "poi"
+    seen: dict[str, None] = {}
+    for stage in kernel.stages:
+        for s in stage.inner + stage.outer:
+            if isinstance(s, kir.Reduce):
+                seen.setdefault(s.reduction_type.lower(), None)
+            for u in s.value.toposort():
+                if u.op not in _PLUMBING:
+                    seen.setdefault(u.op.name.lower(), None)
+    return "_".join(["tc", kind, *list(seen)[:4]])
+
+
+_PLUMBING = {Ops.LOAD, Ops.CONST, Ops.INDEX, Ops.SIZE, Ops.REDUCED, Ops.CAST, Ops.WHERE, Ops.MASKED}
 _modules: dict[str, Any] = {}
 _modules_lock = threading.Lock()
 _warmups: dict[str, concurrent.futures.Future] = {}  # by source, signature, config and device
@@ -612,14 +632,14 @@ def _check_interpreter() -> None:
             "in the environment before triton is imported (or use the C++ backend on CPU tensors)")
 
 
-def _import_kernel(path, interpret: bool):
+def _import_kernel(path, interpret: bool, name: str):
     if interpret:
         _check_interpreter()
     with _modules_lock:
-        return _import_locked(path, interpret)
+        return _import_locked(path, interpret, name)
 
 
-def _import_locked(path, interpret: bool):
+def _import_locked(path, interpret: bool, name: str):
     key = str(path)
     if key not in _modules:
         saved = os.environ.get("TRITON_INTERPRET")
@@ -635,7 +655,16 @@ def _import_locked(path, interpret: bool):
             else:
                 os.environ["TRITON_INTERPRET"] = saved
         _modules[key] = module
-    return _modules[key].kernel
+    return _modules[key].__dict__[name]
+
+
+def kernel_function(module: Any, source: str) -> Any:
+    """The jitted function ``source`` defines, in its imported ``module``."""
+    return module.__dict__[kernel_function_name(source)]
+
+
+def kernel_function_name(source: str) -> str:
+    return re.findall(r"^@triton\.jit\ndef (\w+)\(", source, re.M)[-1]  # the header defines helpers first
 
 
 def _interpreting(device: Any) -> bool:
