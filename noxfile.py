@@ -9,7 +9,8 @@ import nox
 
 ROOT = Path(__file__).parent
 PINS = ["torch==2.13.0", "triton==3.6.0"]
-TEST_TOOLS = ["pytest>=8", "hypothesis>=6", "pytest-timeout"]
+# numpy: the Triton interpreter (CPU tests of generated kernels) needs it; transformers: HF models in capture tests
+TEST_TOOLS = ["pytest>=8", "hypothesis>=6", "pytest-timeout", "numpy", "transformers==5.23.0"]
 PACKAGES = ["tc-ir", "tc-capture", "tc-autograd", "tc-inductor", "tc-runtime", "tc"]
 
 nox.options.sessions = ["lint", "deps", "tests"]
