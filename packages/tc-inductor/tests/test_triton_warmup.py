@@ -79,3 +79,54 @@ def test_kernels_are_named_by_what_they_compute():
     assert any(n.startswith("tc_red_max") for n in names) and any(n.startswith("tc_poi_add_tanh") for n in names)
     out = k(x)
     torch.testing.assert_close(out[0], torch.softmax(x, -1))
+
+
+class _FakeCompiled:
+    """Stands for a CompiledKernel: its C launcher leaves the output as the last launch wrote it
+    ("same"), zeroes it, or raises."""
+
+    function, packed_metadata = 0, None
+
+    def __init__(self, value):
+        self.value, self.launches = value, 0
+
+    def run(self, grid0, grid1, grid2, stream, function, packed, launch_metadata, enter, exit_hook, *args):
+        self.launches += 1
+        if self.value is None:
+            raise RuntimeError("no GPU here")
+        if self.value != "same":
+            args[1].zero_()
+
+
+def _launcher_case(compiled):
+    import types
+
+    from tc_inductor.codegen.triton_launch import TritonLauncher
+
+    x = torch.randn(4, 8)
+    k = tc_inductor.compile(build(lambda g, x: g.call(aten.exp.default, x), [x]), [x],
+                            {"backend": "triton", "cache": False})
+    launcher = k._fn.__globals__["k0"]
+    assert isinstance(launcher, TritonLauncher)
+    fake = TritonLauncher(launcher.fn, launcher.consts, launcher.n_pointers, launcher.outputs, compiled)
+    fake._stream = lambda device: 0
+    fake._knobs = types.SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None)
+    k._fn.__globals__["k0"] = fake
+    for _ in range(2):
+        torch.testing.assert_close(k(x), x.exp())
+    return fake
+
+
+def test_direct_launch_that_agrees_with_run_is_used():
+    fake = _launcher_case(_FakeCompiled("same"))
+    assert fake.launch == fake._direct and fake.compiled.launches == 2
+
+
+def test_direct_launch_that_disagrees_with_run_falls_back_to_run():
+    fake = _launcher_case(_FakeCompiled(0.0))
+    assert fake.launch == fake._via_run and fake.compiled.launches == 1
+
+
+def test_direct_launch_that_raises_falls_back_to_run():
+    fake = _launcher_case(_FakeCompiled(None))
+    assert fake.launch == fake._via_run

@@ -29,6 +29,7 @@ from . import build
 from .build import cache_dir
 from .common import Emitter, Scope, print_index
 from .registry import register_backend
+from .triton_launch import TritonLauncher
 
 TL = {
     torch.float32: "tl.float32", torch.float64: "tl.float64", torch.float16: "tl.float16",
@@ -524,7 +525,9 @@ class TritonBackend:
         interpret = _interpreting(device)
         return {"config": heuristic_config(kernel, interpret),
                 "autotune": bool(options.get("max_autotune")) and not interpret, "interpret": interpret,
-                "warmup": None if interpret else warmup_signature(kernel, device)}
+                "warmup": None if interpret else warmup_signature(kernel, device),
+                "pointers": len(kernel.inputs) + len(kernel.outputs), "first_output": len(kernel.inputs),
+                "device": torch.device(device).index or 0}
 
     def start(self, record: dict, options: Any) -> None:
         """Compile for the GPU now, in the pool, instead of at the first launch."""
@@ -532,11 +535,14 @@ class TritonBackend:
             _start_warmup(self._kernel(record), record)
 
     def load(self, record: dict, options: Any):
-        kernel = self._kernel(record)
+        kernel, meta = self._kernel(record), record["meta"]
         future = _warmups.get(_warmup_key(record))
-        if future is not None:
-            future.result()  # compiled (or failed, logged: the first launch then says why)
-        return kernel
+        # the compiled kernel, or None (failed, logged: the first launch then says why)
+        compiled = future.result() if future is not None else None
+        if meta["autotune"]:
+            return kernel
+        return TritonLauncher(kernel, meta["config"], meta["pointers"], range(meta["first_output"], meta["pointers"]),
+                              compiled, meta["device"])
 
     def _kernel(self, record: dict):
         key = hashlib.sha256(record["source"].encode()).hexdigest()[:24]
@@ -559,11 +565,11 @@ class TritonBackend:
             grid = f"lambda meta: (triton.cdiv({xnumel}, meta['XBLOCK']),)"
             return f"{name}[{grid}]({', '.join(call_args)})"
         config = meta["config"]
-        consts = ", ".join(f"{k}={v}" for k, v in config.items())
         static = _static_numel(kernel.xranges)
-        grid = f"({-(-static // config['XBLOCK'])},)" if static is not None else \
-            f"(triton.cdiv({xnumel}, {config['XBLOCK']}),)"  # computed here when sizes are known
-        return f"{name}[{grid}]({', '.join(call_args)}, {consts})"
+        grid = f"{-(-static // config['XBLOCK'])}" if static is not None else \
+            f"triton.cdiv({xnumel}, {config['XBLOCK']})"  # computed here when sizes are known
+        consts = ", ".join(f"{k}={v}" for k, v in config.items())
+        return f"{name}({grid}, {', '.join(call_args)})  # TritonLauncher: grid, args; {consts},"
 
 
 def descriptive_name(kernel: kir.Kernel) -> str:
@@ -609,17 +615,19 @@ def _start_warmup(kernel: Any, record: dict) -> None:
             _warmups[key] = build.workers().submit(_warmup, kernel, record["meta"])
 
 
-def _warmup(kernel: Any, meta: dict) -> None:
+def _warmup(kernel: Any, meta: dict) -> Any:
     sig = meta["warmup"]
     args = [getattr(torch, name) for name in sig["pointers"]] + list(sig["ints"])
     consts = {} if meta["autotune"] else dict(meta["config"])
     try:
         # Triton compiles for the calling thread's current device
         with torch.cuda.device(sig["device"]) if torch.cuda.is_available() else contextlib.nullcontext():
-            kernel.warmup(*args, grid=(1,), **consts)
+            compiled = kernel.warmup(*args, grid=(1,), **consts)
+        return compiled.result() if hasattr(compiled, "result") else compiled
     except Exception as e:  # the first launch compiles it again and raises what is wrong
         _log.debug("ahead-of-time compile of a Triton kernel failed (%s: %s); it compiles at launch",
                    type(e).__name__, e)
+        return None
 
 
 def _check_interpreter() -> None:

@@ -1,0 +1,83 @@
+"""Launching a Triton kernel of a fixed config without ``JITFunction.run``'s per-call work.
+
+``JITFunction.run`` (10–20 µs a launch) binds arguments, computes a specialisation key, looks
+the compiled kernel up, builds launch metadata, and only then calls the compiled kernel's C
+launcher. Our kernels have one config, static grids and sizes, so once the ahead-of-time compile
+has returned the ``CompiledKernel``, the wrapper can call that launcher directly: what ``run``
+ends in for triton 3.x, ``kernel.run(grid0, grid1, grid2, stream, function, packed_metadata,
+launch_metadata, enter_hook, exit_hook, *all_args)`` with constexpr values included (the C
+launcher's signature lists them and skips them).
+
+The direct path checks itself: its first launch is compared with a ``JITFunction.run`` launch,
+and any failure or difference falls back to ``run`` for good (logged under
+``TC_LOGS=perf_hints``). ``run`` is also used where the direct path cannot be (the interpreter,
+a failed ahead-of-time compile, launch hooks set by a profiler, a pointer whose alignment
+differs from what the kernel was specialised for).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+import tc_ir
+
+_log = tc_ir.logs.get_logger("perf_hints")
+
+
+class TritonLauncher:
+    """``launcher(grid0, *pointers_and_ints)``: one launch of ``fn`` with ``consts``."""
+
+    def __init__(self, fn: Any, consts: dict, n_pointers: int, outputs: range, compiled: Any = None,
+                 device: int = 0):
+        self.fn, self.consts, self.n_pointers, self.outputs = fn, dict(consts), n_pointers, outputs
+        self.const_values = tuple(consts.values())
+        self.compiled, self.device = compiled, device
+        self._stream = self._knobs = None  # triton's current-stream getter and runtime knobs
+        self.launch = self._first if compiled is not None else self._via_run
+
+    def __call__(self, grid0: int, *args: Any) -> None:
+        self.launch(grid0, *args)
+
+    def _via_run(self, grid0: int, *args: Any) -> None:
+        self.fn[(grid0,)](*args, **self.consts)
+
+    def _first(self, grid0: int, *args: Any) -> None:
+        self.launch = self._via_run
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            return self._via_run(grid0, *args)  # no comparison inside a CUDA graph capture
+        try:
+            if self._stream is None:
+                from triton import knobs
+                from triton.runtime import driver
+
+                self._stream, self._knobs = driver.active.get_current_stream, knobs.runtime
+            self._via_run(grid0, *args)
+            expected = [args[i].clone() for i in self.outputs]
+            self._direct(grid0, *args)
+            same = all(torch.equal(e, args[i]) or (e.is_floating_point() and torch.allclose(
+                e, args[i], rtol=0, atol=0, equal_nan=True)) for e, i in zip(expected, self.outputs))
+            if not same:
+                _log.info("direct Triton launch of %s differs from JITFunction.run; using run", self.fn)
+                return self._via_run(grid0, *args)
+            self.launch = self._direct
+        except Exception as e:  # never a wrong answer: run is always right
+            _log.info("direct Triton launch of %s failed (%s: %s); using JITFunction.run", self.fn,
+                      type(e).__name__, e)
+            self._via_run(grid0, *args)
+
+    def _direct(self, grid0: int, *args: Any) -> None:
+        runtime, k = self._knobs, self.compiled
+        if runtime.launch_enter_hook is not None or not _aligned(args, self.n_pointers):
+            return self._via_run(grid0, *args)
+        k.run(grid0, 1, 1, self._stream(self.device), k.function, k.packed_metadata, None,
+              None, runtime.launch_exit_hook, *args, *self.const_values)
+
+
+def _aligned(args: tuple, n: int) -> bool:
+    # the ahead-of-time compile assumed 16-byte aligned pointers, as JITFunction.run would find them
+    for i in range(n):
+        if args[i].data_ptr() & 15:
+            return False
+    return True
