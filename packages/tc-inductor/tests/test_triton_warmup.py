@@ -82,8 +82,8 @@ def test_kernels_are_named_by_what_they_compute():
 
 
 class _FakeCompiled:
-    """Stands for a CompiledKernel: its C launcher leaves the output as the last launch wrote it
-    ("same"), zeroes it, or raises."""
+    """Stands for a CompiledKernel: its C launcher computes exp ("same": on its first launch,
+    checked against run, it leaves run's output as it is), zeroes the output, or raises."""
 
     function, packed_metadata = 0, None
 
@@ -96,6 +96,8 @@ class _FakeCompiled:
             raise RuntimeError("no GPU here")
         if self.value != "same":
             args[1].zero_()
+        elif self.launches > 1:
+            args[1].copy_(args[0].exp())
 
 
 def _launcher_case(compiled):
