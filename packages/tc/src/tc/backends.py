@@ -9,7 +9,8 @@ options say so). Users add their own with :func:`register_backend`, or pass a pl
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 

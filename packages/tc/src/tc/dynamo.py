@@ -7,7 +7,8 @@ tc's inductor back end (falling back to eager for the graph, with a warning, on 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
