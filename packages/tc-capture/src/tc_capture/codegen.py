@@ -155,6 +155,9 @@ class Rebuild:
             elif effect[0] == "global":
                 _, gdict, name, value = effect
                 self.lines.append(f"{self.refs(gdict)}[{name!r}] = {self.expr(value)}")
+            elif effect[0] == "setitem":
+                _, obj, key, value = effect
+                self.lines.append(f"{self.expr(obj)}[{self.expr(key)}] = {self.expr(value)}")
             elif effect[0] == "call":
                 _, fn, args, kwargs = effect
                 call = [self.expr(a) for a in args] + [f"{k}={self.expr(v)}" for k, v in kwargs.items()]

@@ -74,7 +74,7 @@ def _tensor_attr(f, obj: TensorV, name: str) -> V:
             return record(f.session, target, (obj,), {})
         raise Unsupported(f"tensor attribute {name}")
     if name == "grad":
-        raise Unsupported("reading .grad of a tensor")
+        return _grad(f, obj)
     if name in _TENSOR_META:
         return Const(run_fake(f.session, getattr, (fake, name), {}))
     if callable(getattr(torch.Tensor, name, None)):
@@ -85,6 +85,16 @@ def _tensor_attr(f, obj: TensorV, name: str) -> V:
             g.add(obj.source, f"not hasattr({obj.source.expr}, {name!r})", f"{g.readable(obj.source)} has no .{name}")
         raise AttrMissing(f"'Tensor' object has no attribute {name!r}")
     raise Unsupported(f"tensor attribute {name!r}")
+
+
+def _grad(f, obj: TensorV) -> V:
+    """``p.grad`` of an input tensor (an optimizer's parameter) is another input, read from the
+    parameter at call time; a guard says whether it is ``None``. ``.grad`` of a value computed in
+    the graph is not known."""
+    real = f.session.real_input(obj)
+    if real is None:
+        raise Unsupported("reading .grad of a tensor computed in the graph")
+    return f.session.wrap(real.grad, obj.source.attr("grad", real))
 
 
 def _const_attr(f, obj: Const, name: str) -> V:

@@ -422,3 +422,31 @@ def torch_assert_(f, args, kwargs) -> V:
     if not cond.value:
         raise Unsupported("torch._assert fails: run it in Python to raise")
     return Const(None)
+
+
+# ---- standard-library and torch helpers that optimizer code runs ------------------------------------
+@builtin(__import__("typing").cast)
+def cast_(f, args, kwargs) -> V:
+    """``typing.cast(T, x)`` is ``x`` at run time."""
+    return args[1] if len(args) > 1 else kwargs["val"]
+
+
+@builtin(__import__("itertools").chain)
+def chain_(f, args, kwargs) -> V:
+    return IterV([item for a in args for item in items_of(f, a)])
+
+
+@builtin(__import__("itertools").chain.from_iterable)
+def chain_from_iterable_(f, args, kwargs) -> V:
+    return IterV([item for a in items_of(f, args[0]) for item in items_of(f, a)])
+
+
+@builtin(torch.autograd.profiler.record_function)
+def record_function_(f, args, kwargs) -> V:
+    """``with record_function(name):`` (``Optimizer.step``'s profiler label) is a no-op inside a
+    captured region: its enter/exit are profiler calls with no effect on values, and a label
+    around some ops of a fused graph would not name what the profiler sees anyway. It becomes a
+    ``nullcontext`` (what ``as`` binds is ``None``)."""
+    import contextlib
+
+    return ObjV(contextlib.nullcontext, {"enter_result": Const(None)})

@@ -14,6 +14,7 @@ import inspect
 import os
 import sysconfig
 import types
+import weakref
 
 import torch
 
@@ -43,7 +44,9 @@ from .session import Unsupported
 _STDLIB = os.path.realpath(sysconfig.get_paths()["stdlib"])
 _TORCH_DIR = os.path.dirname(os.path.realpath(torch.__file__))
 _INLINE_TORCH = (os.path.join(_TORCH_DIR, "nn", "modules"),  # torch's modules' forwards
-                 os.path.join(_TORCH_DIR, "utils", "_contextlib.py"))  # @torch.no_grad() as a decorator
+                 os.path.join(_TORCH_DIR, "utils", "_contextlib.py"),  # @torch.no_grad() as a decorator
+                 os.path.join(_TORCH_DIR, "optim"),
+                 os.path.join(_TORCH_DIR, "utils", "_foreach_utils.py"))  # which devices have foreach kernels  # optimizers' step() (see README: optimizers)
 # Standard-library code that library models run and that is plain Python with no hidden state:
 # ``nullcontext`` (transformers' ``maybe_autocast``) and the default ``__enter__`` of
 # ``AbstractContextManager`` subclasses.
@@ -93,6 +96,13 @@ def _call_const(f, fn: Const, args, kwargs) -> V:
         return capture_cond(f, args, kwargs)
     if isinstance(value, torch.nn.Module):
         return call_module(f, fn, args, kwargs)
+    if _is_dynamo_marker(value):
+        return Const(None)
+    if isinstance(value, weakref.ReferenceType) and fn.source is not None and not args and not kwargs:
+        return _deref(f, fn)
+    if isinstance(value, types.MethodWrapperType) and value.__name__ == "__get__" \
+            and isinstance(value.__self__, types.FunctionType) and args:
+        return BoundV(Const(value.__self__), args[0])  # func.__get__(obj, cls): a bound method
     if _hashable(value) and value in _TORCH_CONSTANTS:
         return Const(_TORCH_CONSTANTS[value])
     if queries.is_query(value):
@@ -120,6 +130,21 @@ def _call_const(f, fn: Const, args, kwargs) -> V:
                                                                               types.FunctionType):
         return call_function(f, BoundV(Const(type(value).__call__), fn), args, kwargs)
     raise Unsupported(f"call to {_name(value)} is not supported")
+
+
+def _deref(f, ref: Const) -> V:
+    """``ref()`` of a weak reference held by the frame (the LR scheduler's step wrapper): the
+    referent, read again at call time through the same call and guarded like any value."""
+    target = ref.value()
+    source = S.Source(f"{ref.source.expr}()", f"{ref.source.name}_ref")
+    return f.session.wrap(target, source)
+
+
+def _is_dynamo_marker(fn) -> bool:
+    """``torch._dynamo.graph_break()``: a hint to Dynamo (the optimizer's ``_use_grad`` puts one
+    around the grad-mode switch). tc records grad-mode changes as graph nodes, so the marker has
+    nothing to do; matched by name so that tc never imports Dynamo."""
+    return getattr(fn, "__module__", None) == "torch._dynamo.decorators" and getattr(fn, "__name__", None) == "graph_break"
 
 
 def _hashable(x) -> bool:
@@ -162,7 +187,7 @@ def is_torch_callable(fn) -> bool:
         return getattr(fn, "__objclass__", None) is torch._C.TensorBase
     if not module.startswith("torch"):
         return fn in (torch.Tensor.__getitem__,) or module == "torch._C._nn"
-    return not module.startswith(("torch.nn.modules", "torch.utils", "torch._dynamo", "torch.autograd.grad_mode",
+    return not module.startswith(("torch.nn.modules", "torch.utils", "torch._dynamo", "torch.autograd.grad_mode", "torch.optim",
                                   "torch.distributed", "torch.testing", "torch.serialization", "torch.jit"))
 
 

@@ -7,6 +7,7 @@ import operator
 import torch
 
 from ..variables import Const, DataDictV, DictV, ListV, SetV, TensorV, TupleV, V
+from . import tensor_keys
 from .frame import handler
 from .pyops import BINARY, UNARY, binary, compare, contains, fold, identity, items_of, realize_const, unary
 from .record import record
@@ -137,6 +138,8 @@ def op_unpack_ex(f, inst):
 def getitem(f, obj: V, key: V) -> V:
     if isinstance(obj, TensorV):
         return record(f.session, operator.getitem, (obj, key), {})
+    if tensor_keys.is_tensor_lookup(obj, key):
+        return tensor_keys.getitem(f, obj, key)
     if isinstance(key, TensorV):
         raise Unsupported("indexing a Python container with a tensor")
     k = realize_const(key)

@@ -94,6 +94,10 @@ def contains(f, item: V, container: V) -> bool:
         key = realize_const(item)
         return any(isinstance(x, Const) and x.value == key for x in container.items)
     if isinstance(container, Const):
+        from . import tensor_keys
+
+        if tensor_keys.is_tensor_lookup(container, item):
+            return tensor_keys.contains(f, container, item)
         if isinstance(container.value, torch.nn.Module):
             return realize_const(item) in container.value
         return realize_const(item) in container.value

@@ -75,9 +75,10 @@ class Session:
         self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
         self.guards = GuardSet(slot_names)
         self.inputs: list[tuple[Any, S.Source, Any]] = []  # (node, source, example value)
+        self.real_inputs: dict[int, torch.Tensor] = {}  # id(input node) -> the tensor it was read from
         self.by_source: dict[str, V] = {}
         self.by_object: dict[int, tuple] = {}  # id -> (container, V): aliases of one list/dict
-        self.side_effects: list[tuple] = []  # ("setattr", obj V, name, value V) / ("global", ...) / ("call", fn, args, kwargs)
+        self.side_effects: list[tuple] = []  # ("setattr", obj V, name, value V) / ("global", ...) / ("call", fn, args, kwargs) / ("setitem", obj, key, value)
         self.mutated: dict[int, V] = {}  # sourced containers changed in place
         self.fullgraph = fullgraph
         self.grad_enabled = torch.is_grad_enabled()
@@ -165,7 +166,14 @@ class Session:
         node.meta["source"] = source.expr
         node.meta["type"] = type(value)
         self.inputs.append((node, source, value))
+        self.real_inputs[id(node)] = value
         return TensorV(node, fake, source)
+
+    def real_input(self, v: V) -> torch.Tensor | None:
+        """The real tensor behind a graph input (what its source reads now), else ``None``."""
+        if not isinstance(v, TensorV) or v.source is None or v.node.op != "input":
+            return None
+        return self.real_inputs.get(id(v.node))
 
     # ---- side effects ---------------------------------------------------------------------------
     def note_mutation(self, container: V) -> None:
