@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
+import operator
 import os
 import sysconfig
 import types
@@ -199,7 +200,51 @@ def torch_call(f, fn, args, kwargs) -> V:
         return tensor_method(f, fn.__name__, args[0], args[1:], kwargs)
     if fn is torch.is_grad_enabled:
         return Const(f.session.grad_enabled)
+    if fn in _FOREACH_POINTWISE and _tensor_scalars(args, kwargs) is not None:
+        return _foreach_with_tensor_scalars(f, fn, args, kwargs)
     return record(f.session, fn, tuple(args), kwargs)
+
+
+# Compiling optimizers take paths where a step count is a tensor (``_get_value`` returns it
+# when ``is_compiling()``), so the step size handed to these ops is a tensor. Eager's kernels
+# read such a value with ``.item()`` (a data-dependent read); written as the arithmetic it
+# stands for, it stays in the graph, as Dynamo rewrites it too.
+_POINTWISE = {"addcdiv_": operator.truediv, "addcmul_": operator.mul}
+_FOREACH_POINTWISE = {torch._foreach_addcdiv_: "addcdiv_", torch._foreach_addcmul_: "addcmul_"}
+
+
+def _tensor_value(name: str, args, kwargs) -> V | None:
+    value = kwargs.get("value", args[2] if len(args) > 2 else None)
+    return value if name in _POINTWISE and isinstance(value, TensorV) else None
+
+
+def _pointwise_with_tensor_value(f, name: str, self_v: V, args, kwargs) -> V:
+    """``p.addcdiv_(t1, t2, value=v)`` with a tensor ``v``: ``p.add_(t1 / t2 * v)``."""
+    from .pyops import binary
+
+    t1, t2, value = args[0], args[1], _tensor_value(name, args, kwargs)
+    update = binary(f, operator.mul, binary(f, _POINTWISE[name], t1, t2), value)
+    return record(f.session, "add_", (self_v, update), {})
+
+
+def _tensor_scalars(args, kwargs) -> V | None:
+    scalars = kwargs.get("scalars", args[3] if len(args) > 3 else None)
+    return scalars if isinstance(scalars, TensorV) else None
+
+
+def _foreach_with_tensor_scalars(f, fn, args, kwargs) -> V:
+    """``torch._foreach_addcdiv_(xs, t1s, t2s, scalars)`` with a tensor of scalars (Adam's
+    foreach path when compiling): one in-place update per list element, ``scalars[i]`` read in
+    the graph."""
+    from .pyops import items_of
+
+    name = _FOREACH_POINTWISE[fn]
+    selves, t1s, t2s = (items_of(f, a) for a in args[:3])
+    scalars = _tensor_scalars(args, kwargs)
+    for i, (x, t1, t2) in enumerate(zip(selves, t1s, t2s)):
+        s_i = record(f.session, operator.getitem, (scalars, Const(i)), {})
+        _pointwise_with_tensor_value(f, name, x, [t1, t2, s_i], {})
+    return Const(None)
 
 
 def tensor_method(f, name: str, self_v: V, args, kwargs) -> V:
@@ -207,6 +252,8 @@ def tensor_method(f, name: str, self_v: V, args, kwargs) -> V:
         raise Unsupported(f"Tensor.{name}() hands tensor data to Python")
     if not isinstance(self_v, TensorV):
         raise Unsupported(f"Tensor.{name} on {type(self_v).__name__}")
+    if _tensor_value(name, args, kwargs) is not None:
+        return _pointwise_with_tensor_value(f, name, self_v, args, kwargs)
     return record(f.session, name, (self_v, *args), kwargs)
 
 
