@@ -103,6 +103,8 @@ def test_optimizer_step_is_one_graph(name):
     graph = tc_capture.capture(opt.step).graphs[0]
     targets = {str(getattr(n.target, "__name__", n.target)) for n in graph.nodes if n.op == "call"}
     assert any(t.endswith("_") for t in targets), targets  # parameters updated in place
+    # step()'s no_grad for its whole body runs around the graph, not inside it
+    assert "_set_grad_enabled" not in targets and torch.is_grad_enabled()
 
 
 def test_first_step_creates_state_in_the_graph():

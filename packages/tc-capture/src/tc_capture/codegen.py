@@ -42,7 +42,8 @@ def _make_fn(code, globals_, defaults, kwdefaults, closure, qualname):
 
 _RUNTIME = {"NULL": NULL, "UNBOUND": UNBOUND, "_ResumeIter": ResumeIter, "_ModeExit": ModeExit,
             "_new_obj": _new_obj, "_make_fn": _make_fn, "_cell": types.CellType,
-            "_MethodType": types.MethodType, "_setattr": object.__setattr__}
+            "_MethodType": types.MethodType, "_setattr": object.__setattr__,
+            "_set_grad": __import__("torch")._C._set_grad_enabled}
 
 
 class Rebuild:
@@ -177,9 +178,10 @@ class Rebuild:
 
 
 def generate_runner(name: str, call_args: list[str], has_params: bool, root_key: str | None, graph_fn,
-                    body: list[str], result: str, scope: dict) -> tuple:
-    """Assemble and exec the runner; ``body`` reads ``O`` (the graph's outputs)."""
-    src = ["def run(F, C):"]
+                    body: list[str], result: str, scope: dict, prologue: list[str] = ()) -> tuple:
+    """Assemble and exec the runner; ``prologue`` runs before the graph, ``body`` after it (and
+    reads ``O``, the graph's outputs)."""
+    src = ["def run(F, C):"] + ["    " + line for line in prologue]
     if has_params:
         src.append(f"    P = MS[{root_key}][1]")
     if graph_fn is not None:

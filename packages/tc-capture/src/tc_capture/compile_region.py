@@ -138,20 +138,46 @@ def build_entry(code, globals_, session: Session, out, brk: Break | None, backen
         _export_meta(code, graph, out, rb.outputs, plain + gated)
     graph.output(tuple(rb.outputs))
     guard, why, guard_src, ms, root_key = compile_guards(session.guards, [s.expr for _, s, _ in gated], globals_)
+    lead, trail = hoist_grad_mode(graph)
     compiled = None
     if graph.calls:
-        compiled = backend(graph, [v for _, _, v in plain + gated])
+        with torch.set_grad_enabled(torch.is_grad_enabled() if lead is None else lead):
+            compiled = backend(graph, [v for _, _, v in plain + gated])
         _log_graph(graph)
+    if trail is not None:
+        rb.lines.insert(0, f"_set_grad({trail})")
     scope = {n: o for n, o in session.guards.objects.values()}
     scope["MS"], scope["G"] = ms, globals_
+    prologue = [] if lead is None else [f"_set_grad({lead})"]
     run, run_src = generate_runner(name, [s.expr for _, s, _ in plain], bool(gated), root_key, compiled,
-                                   rb.lines, result, scope)
+                                   rb.lines, result, scope, prologue)
     if log_guards.isEnabledFor(10):
         log_guards.debug("guards of %s:\n%s\n%s", name, "\n".join(session.guards.descriptions()), guard_src)
     if brk is not None:
         log_breaks.debug("graph break in %s at %s:%s: %s", code.co_name, brk.filename, brk.lineno, brk.reason)
     return Entry(guard, why, run, graph if graph.calls else None, session.guards.descriptions(), guard_src,
                  run_src, break_ip, [brk] if brk else [], kw_names)
+
+
+def hoist_grad_mode(graph: tc_ir.Graph) -> tuple[bool | None, bool | None]:
+    """Grad-mode switches before the region's first op and after its last leave the graph and run
+    around it: ``(mode to set before the graph, mode to set after)``.
+
+    An optimizer's ``step`` turns grad mode off for its whole body (``_use_grad_for_differentiable``)
+    and restores it at the end. Switched inside the graph, the back end would see a call made
+    with grad mode on, with parameters that require grad, and build a training graph whose
+    in-place updates of leaf parameters autograd forbids; switched around it, the graph runs,
+    and is compiled, as the inference graph it is.
+    """
+    lead = trail = None
+    calls = graph.calls
+    while calls and calls[0].target is torch._C._set_grad_enabled:
+        lead = calls[0].args[0]
+        graph.erase(calls.pop(0))
+    while calls and calls[-1].target is torch._C._set_grad_enabled:
+        trail = trail if trail is not None else calls[-1].args[0]
+        graph.erase(calls.pop())
+    return lead, trail
 
 
 def _export_meta(code, graph: tc_ir.Graph, out, outputs: list, inputs: list) -> None:
