@@ -115,6 +115,9 @@ def _call_const(f, fn: Const, args, kwargs) -> V:
     if is_torch_callable(value):
         return torch_call(f, value, args, kwargs)
     if isinstance(value, types.FunctionType):
+        inner = _dynamo_disabled_optim(value)
+        if inner is not None:
+            return inline(f, inner, args, kwargs)
         return inline(f, value, args, kwargs, fn.source)
     if isinstance(value, types.MethodType):
         return call_function(f, BoundV(Const(value.__func__), Const(value.__self__)), args, kwargs)
@@ -139,6 +142,19 @@ def _deref(f, ref: Const) -> V:
     target = ref.value()
     source = S.Source(f"{ref.source.expr}()", f"{ref.source.name}_ref")
     return f.session.wrap(target, source)
+
+
+_OPTIM_DIR = os.path.join(_TORCH_DIR, "optim")
+
+
+def _dynamo_disabled_optim(fn) -> types.FunctionType | None:
+    """An optimizer method wrapped by ``torch._dynamo.disable`` (importing Dynamo wraps
+    ``Optimizer._init_group`` and friends, which Dynamo handles its own way): the function it
+    wraps, which tc inlines like the rest of ``torch.optim``."""
+    inner = getattr(fn, "__wrapped__", None)
+    if not isinstance(inner, types.FunctionType) or not fn.__code__.co_filename.endswith("eval_frame.py"):
+        return None
+    return inner if os.path.realpath(inner.__code__.co_filename).startswith(_OPTIM_DIR) else None
 
 
 def _is_dynamo_marker(fn) -> bool:
