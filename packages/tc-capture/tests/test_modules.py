@@ -175,3 +175,21 @@ def test_shared_graph_across_instances():
     for b in blocks:
         tree_close(b(x), fn(b, x))
     assert len(be_graphs) == 1, "one graph serves every instance of the same block"
+
+
+def test_libraries_named_like_torch_are_not_torch_internals(tmp_path, monkeypatch):
+    """torchvision lives beside torch in site-packages: ``.../torch`` must not prefix-match it."""
+    import importlib
+    import os
+
+    site = os.path.dirname(os.path.dirname(torch.__file__))
+    fake = tmp_path / "torchvision_like.py"
+    fake.write_text("import torch\n\ndef head(x):\n    return torch.relu(x) + 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = importlib.util.spec_from_file_location("torchvision_like", fake)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.head.__module__ = "torchvision.models.resnet"  # named like torch, as torchvision's are
+    mod.head.__code__ = mod.head.__code__.replace(co_filename=os.path.join(site, "torchvision", "models", "x.py"))
+    r = tc_capture.capture(lambda x: mod.head(x) * 2, torch.randn(3))
+    assert (len(r.graphs), len(r.breaks)) == (1, 0), r.breaks

@@ -42,11 +42,12 @@ from . import queries
 from .record import DATA_METHODS, record
 from .session import Unsupported
 
-_STDLIB = os.path.realpath(sysconfig.get_paths()["stdlib"])
-_TORCH_DIR = os.path.dirname(os.path.realpath(torch.__file__))
-_INLINE_TORCH = (os.path.join(_TORCH_DIR, "nn", "modules"),  # torch's modules' forwards
+# Folder prefixes end with a separator: ".../site-packages/torch" must not match torchvision.
+_STDLIB = os.path.join(os.path.realpath(sysconfig.get_paths()["stdlib"]), "")
+_TORCH_DIR = os.path.join(os.path.dirname(os.path.realpath(torch.__file__)), "")
+_INLINE_TORCH = (os.path.join(_TORCH_DIR, "nn", "modules", ""),  # torch's modules' forwards
                  os.path.join(_TORCH_DIR, "utils", "_contextlib.py"),  # @torch.no_grad() as a decorator
-                 os.path.join(_TORCH_DIR, "optim"),
+                 os.path.join(_TORCH_DIR, "optim", ""),
                  os.path.join(_TORCH_DIR, "utils", "_foreach_utils.py"))  # which devices have foreach kernels  # optimizers' step() (see README: optimizers)
 # Standard-library code that library models run and that is plain Python with no hidden state:
 # ``nullcontext`` (transformers' ``maybe_autocast``) and the default ``__enter__`` of
@@ -202,7 +203,7 @@ def is_torch_callable(fn) -> bool:
     module = getattr(fn, "__module__", None) or ""
     if isinstance(fn, (types.MethodDescriptorType, types.WrapperDescriptorType)):
         return getattr(fn, "__objclass__", None) is torch._C.TensorBase
-    if not module.startswith("torch"):
+    if module != "torch" and not module.startswith("torch."):  # torchvision, torchaudio: user code
         return fn in (torch.Tensor.__getitem__,) or module == "torch._C._nn"
     return not module.startswith(("torch.nn.modules", "torch.utils", "torch._dynamo", "torch.autograd.grad_mode", "torch.optim",
                                   "torch.distributed", "torch.testing", "torch.serialization", "torch.jit"))
