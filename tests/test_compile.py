@@ -169,3 +169,18 @@ def test_reset_and_is_compiling():
     tc.reset()
     f(torch.ones(2))
     tc.mark_dynamic(torch.ones(3, 4), 0)
+
+
+@pytest.mark.parametrize("make", MODELS, ids=lambda m: m.__name__)
+def test_triton_kernels_under_the_interpreter(make):
+    """The Triton back end end to end on CPU tensors (TRITON_INTERPRET=1, set by the conftest)."""
+    torch.manual_seed(0)
+    model = make().train()
+    twin = copy.deepcopy(model)
+    compiled = tc.compile(twin, options={"backend": "triton", "fallback": False})
+    x = inputs_for(model)
+    close(compiled(*x), model(*x), tol=1e-3)
+    model(*x).pow(2).mean().backward()
+    compiled(*x).pow(2).mean().backward()
+    for p, q in zip(model.parameters(), twin.parameters()):
+        close(q.grad, p.grad, tol=1e-3)

@@ -8,6 +8,7 @@ options say so). Users add their own with :func:`register_backend`, or pass a pl
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -81,9 +82,17 @@ def _aot(graph: tc_ir.Graph, example_inputs: Sequence[Any], compiler: Callable, 
     return (lambda *inputs: compiled(*inputs, *held)) if held else compiled
 
 
+@functools.cache
+def artifact_cache() -> tc_runtime.ArtifactCache:
+    """The process's artifact cache (``TC_CACHE_DIR``): graph-level results of the inductor live
+    here, so ``tc.save_cache_artifacts()`` carries them to another machine."""
+    return tc_runtime.ArtifactCache()
+
+
 def _kernel_compiler(options: Options) -> Callable:
     def compile_kernels(graph: tc_ir.Graph, example_inputs: Sequence[Any]) -> Callable:
-        compiled = tc_inductor.compile(graph, example_inputs, options=dict(options.inductor))
+        inductor_options = {"artifact_store": artifact_cache(), **options.inductor}
+        compiled = tc_inductor.compile(graph, example_inputs, options=inductor_options)
         on_gpu = any(isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs)
         if not (options.cudagraphs and on_gpu):
             return compiled
