@@ -193,3 +193,17 @@ def test_libraries_named_like_torch_are_not_torch_internals(tmp_path, monkeypatc
     mod.head.__code__ = mod.head.__code__.replace(co_filename=os.path.join(site, "torchvision", "models", "x.py"))
     r = tc_capture.capture(lambda x: mod.head(x) * 2, torch.randn(3))
     assert (len(r.graphs), len(r.breaks)) == (1, 0), r.breaks
+
+
+def test_module_tuples_are_checked_only_after_a_module_changes():
+    """A conv's stride/padding tuples are module state: gated by the epoch, not read per call."""
+    convs = torch.nn.Sequential(*[torch.nn.Conv2d(4, 4, 3, padding=1) for _ in range(3)])
+    compiled = tc_capture.optimize(tc_capture.interpret_backend)(convs)
+    x = torch.randn(1, 4, 8, 8)
+    tree_close(convs(x), compiled(x))
+    (entry,) = compiled._cache.entries[0]
+    fast = entry.guard_source.split("def slow")[0]
+    assert ".stride[" not in fast and ".padding[" not in fast, fast
+    convs[1].stride = (2, 2)  # a module write: the gated guards run again and catch it
+    tree_close(convs(x), compiled(x))
+    assert len(compiled._cache.entries[0]) == 2

@@ -13,6 +13,7 @@ import re
 import torch
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_IMMUTABLE = (tuple, str, bytes, frozenset, int, float, bool, torch.Size)
 
 
 class Source:
@@ -26,10 +27,15 @@ class Source:
 
     def attr(self, name: str, owner: object) -> Source:
         expr = f"{self.expr}.{name}" if _IDENT.match(name) else f"getattr({self.expr}, {name!r})"
-        return self._step(expr, f"{self.name}_{name}", isinstance(owner, torch.nn.Module))
+        return self._step(expr, f"{self.name}_{name}", self._owns(owner))
 
     def item(self, key: object, owner: object) -> Source:
-        return self._step(f"{self.expr}[{key!r}]", f"{self.name}_{key}", isinstance(owner, torch.nn.Module))
+        return self._step(f"{self.expr}[{key!r}]", f"{self.name}_{key}", self._owns(owner))
+
+    def _owns(self, owner: object) -> bool:
+        # Module state, and immutable values reached through it (a conv's ``stride`` tuple): both
+        # change only through a module's __setattr__, which moves the module-state epoch.
+        return isinstance(owner, torch.nn.Module) or self.gated and isinstance(owner, _IMMUTABLE)
 
     def _step(self, expr: str, name: str, module_owned: bool) -> Source:
         if not module_owned:
