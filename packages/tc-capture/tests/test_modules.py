@@ -207,3 +207,33 @@ def test_module_tuples_are_checked_only_after_a_module_changes():
     convs[1].stride = (2, 2)  # a module write: the gated guards run again and catch it
     tree_close(convs(x), compiled(x))
     assert len(compiled._cache.entries[0]) == 2
+
+
+def test_slicing_a_module_list_keeps_hits_on_the_fast_path():
+    """HF decoders loop over ``self.layers[: n]``; slicing a ModuleList builds a new one each call,
+    which must not run (or re-arm) the module-state guards on every hit."""
+    import tc_capture.module_state as module_state
+
+    class Decoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(4))
+            self.n = 3
+
+        def forward(self, x):
+            for layer in self.layers[: self.n]:
+                x = torch.tanh(layer(x))
+            return x
+
+    m = Decoder()
+    compiled = tc_capture.optimize(tc_capture.interpret_backend)(m)
+    x = torch.randn(2, 4)
+    tree_close(compiled(x), m(x))
+    for _ in range(3):
+        x = torch.randn(2, 4)
+        expect = m(x)  # eager builds the sliced ModuleList, which moves the epoch
+        before = module_state.EPOCH[0]
+        tree_close(compiled(x), expect)
+        assert module_state.EPOCH[0] == before
+    m.n = 2  # a module write: guards see it
+    tree_close(compiled(x), m(x))

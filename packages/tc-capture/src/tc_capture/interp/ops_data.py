@@ -166,6 +166,10 @@ def _const_getitem(f, obj: Const, k) -> V:
     if isinstance(value, torch.nn.Module):
         if obj.source is None:
             raise Unsupported("indexing a module container reached without a source")
+        if isinstance(value, torch.nn.ModuleList) and isinstance(k, slice):
+            # ``layers[:n]`` builds a new ModuleList on every call (and registering its modules
+            # moves the module-state epoch): hold the original's items, by their own sources.
+            return ListV([f.session.wrap(value[i], obj.source.item(i, value)) for i in range(len(value))[k]])
         return f.session.wrap(value[k], obj.source.item(k, value))
     if obj.source is not None and not isinstance(value, (str, bytes, tuple, torch.Size, range)):
         return f.session.wrap(value[k], obj.source.item(k, value))
