@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import tc
+import tc_autograd
 import tc_ir
 from tc.backends import lookup, with_fallback
 from tc.options import Options
@@ -76,3 +77,32 @@ def test_fallback_warns_once_per_graph_and_names_the_cause():
     torch.testing.assert_close(fn(x, *extra), tc_ir.interpret(graph, [x, *extra]))
     with pytest.raises(tc.BackendCompilerFailed, match="lowering exploded"):
         with_fallback(broken, "broken", Options(fallback=False))(graph, [x, *extra])
+
+
+def test_a_variant_compiled_later_falls_back_too():
+    """tc_autograd compiles the training variant on the first call that needs grads; if the
+    back end fails then, that call (and later ones) run eagerly with one warning."""
+    calls = []
+
+    def fw_fails_in_training(graph, example_inputs, options=None):
+        def compiler(g, ex):
+            if len(g.inputs) != len(graph.inputs) or torch.is_grad_enabled():  # a training graph
+                raise RuntimeError("no training kernels today")
+            calls.append(g)
+            return lambda *a: tc_ir.interpret(g, a)
+
+        return tc_autograd.aot(graph, example_inputs, fw_compiler=compiler, bw_compiler=compiler)
+
+    graph, extra = mlp_graph(False)
+    x = torch.randn(4, 8)
+    with torch.no_grad():  # compiled for inference first
+        fn = with_fallback(fw_fails_in_training, "flaky", Options())(graph, [x, *extra])
+        torch.testing.assert_close(fn(x, *extra), tc_ir.interpret(graph, [x, *extra]))
+    with pytest.warns(UserWarning, match="no training kernels today"):
+        out = fn(x, *extra)
+    out.sum().backward()
+    assert extra[0].grad is not None and len(calls) == 1
+    with torch.no_grad():
+        strict = with_fallback(fw_fails_in_training, "flaky", Options(fallback=False))(graph, [x, *extra])
+    with pytest.raises(tc.BackendCompilerFailed, match="no training kernels today"):
+        strict(x, *extra)

@@ -97,7 +97,13 @@ class AOTFunction:
         key = self.key(inputs)
         compiled = self.variants.get(key)
         if compiled is None:
-            compiled = self.variants[key] = Compiled(self.graph, inputs, key, self.options)
+            try:
+                compiled = self.variants[key] = Compiled(self.graph, inputs, key, self.options)
+            except Exception as e:
+                # Callers (the umbrella's eager fallback) may retry the call another way: tell
+                # them that nothing of the graph ran.
+                e.tc_while_compiling = True
+                raise
         self.last = compiled
         return compiled
 

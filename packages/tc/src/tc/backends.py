@@ -105,19 +105,51 @@ def _kernel_compiler(options: Options) -> Callable:
 
 
 def with_fallback(backend: Backend, name: str, options: Options) -> Callable:
-    """The back end as capture calls it: a failure runs the graph eagerly, with one warning."""
+    """The back end as capture calls it: a failure runs the graph eagerly, with one warning.
+
+    Failures can also come later: tc_autograd compiles a new variant when a call brings a new
+    pattern of grad mode and ``requires_grad``. Those fall back the same way, for this graph
+    from then on; nothing of the graph has run when they happen, so running it eagerly is safe.
+    """
+
+    def eager_instead(graph: tc_ir.Graph, e: Exception) -> Callable:
+        if not options.fallback:
+            raise BackendCompilerFailed(f"back end {name!r} failed on graph {graph.name}: {e}") from e
+        warnings.warn(
+            f"tc: back end {name!r} failed on graph {graph.name} ({type(e).__name__}: {e}); "
+            "running this graph eagerly. Pass options={'fallback': False} to raise instead.",
+            stacklevel=3,
+        )
+        return interpreter(graph)
 
     def compile_graph(graph: tc_ir.Graph, example_inputs: Sequence[Any]) -> Callable:
         try:
-            return backend(graph, example_inputs, options)
+            compiled = backend(graph, example_inputs, options)
         except Exception as e:
-            if not options.fallback:
-                raise BackendCompilerFailed(f"back end {name!r} failed on graph {graph.name}: {e}") from e
-            warnings.warn(
-                f"tc: back end {name!r} failed on graph {graph.name} ({type(e).__name__}: {e}); "
-                "running this graph eagerly. Pass options={'fallback': False} to raise instead.",
-                stacklevel=2,
-            )
-            return interpreter(graph)
+            return eager_instead(graph, e)
+        return _LateFallback(compiled, lambda e: eager_instead(graph, e))
 
     return compile_graph
+
+
+class _LateFallback:
+    """Calls the compiled graph; if a call fails while tc_autograd compiles a new variant, the
+    graph runs eagerly from then on. A try block costs nothing on the hit path."""
+
+    __slots__ = ("fn", "fallback")
+
+    def __init__(self, fn: Callable, fallback: Callable[[Exception], Callable]):
+        self.fn, self.fallback = fn, fallback
+
+    def __call__(self, *inputs: Any) -> Any:
+        try:
+            return self.fn(*inputs)
+        except Exception as e:
+            if not _while_compiling(e):
+                raise
+            self.fn = self.fallback(e)
+            return self.fn(*inputs)
+
+
+def _while_compiling(e: BaseException) -> bool:
+    return getattr(e, "tc_while_compiling", False)  # set by tc_autograd when a variant fails to compile
