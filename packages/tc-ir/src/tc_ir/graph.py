@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from .node import Node, map_structure, nodes_in
+from .node import Node, leaves, map_structure, nodes_in
 from .spec import ScalarSpec, TensorSpec, spec_of
 
 _NAME_RE = re.compile(r"[^0-9a-zA-Z_]+")
@@ -136,7 +136,7 @@ class Graph:
         """Sub-graphs used as args, depth first, each once."""
         found: dict[int, Graph] = {}
         for n in self.calls:
-            for value in _leaves_of(n):
+            for value in leaves((n.args, n.kwargs)):
                 if isinstance(value, Graph) and id(value) not in found:
                     found[id(value)] = value
                     for inner in value.subgraphs():
@@ -172,12 +172,6 @@ class Graph:
         return isinstance(other, Graph) and str(self) == str(other)
 
     __hash__ = None  # mutable
-
-
-def _leaves_of(node: Node) -> list[Any]:
-    from .node import leaves
-
-    return list(leaves((node.args, node.kwargs)))
 
 
 def default_name(target: Any) -> str:

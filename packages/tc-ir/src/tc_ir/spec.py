@@ -10,8 +10,6 @@ import attrs
 import sympy
 import torch
 
-Dim = "int | sympy.Expr"
-
 _SHORT_DTYPES = {
     torch.float32: "f32",
     torch.float64: "f64",
@@ -157,7 +155,6 @@ class ScalarSpec:
         return self.type.__name__
 
 
-Spec = "TensorSpec | ScalarSpec | tuple | None"
 SCALAR_TYPES = {t.__name__: t for t in (int, float, bool, complex)}
 
 
