@@ -490,9 +490,31 @@ def _assertion(f, i):
 def _raise(f, i):
     if i.arg == 0:
         raise RuntimeError("No active exception to reraise")
-    cause = f.pop() if i.arg == 2 else None
-    exc = f.pop()
-    raise exc from cause
+    if i.arg == 1:
+        raise f.pop()  # not ``from None``: that would hide the exception's context
+    cause = f.pop()
+    raise f.pop() from cause
+
+
+@op("PUSH_EXC_INFO")
+def _push_exc_info(f, i):
+    f.stack.insert(-1, None)
+
+
+@op("POP_EXCEPT")
+def _pop_except(f, i):
+    f.pop()
+
+
+@op("CHECK_EXC_MATCH")
+def _check_exc_match(f, i):
+    typ = f.pop()
+    f.stack.append(isinstance(f.stack[-1], typ))
+
+
+@op("RERAISE")
+def _reraise(f, i):
+    raise f.pop()
 
 
 @op("GET_LEN")

@@ -9,6 +9,7 @@ points past the recompile limit run in Python to the end of the frame.
 from __future__ import annotations
 
 import dis
+import functools
 import threading
 import warnings
 
@@ -124,21 +125,24 @@ class FrameCache:
                 return result
         return frame.run()
 
-    def _raise_in_frame(self, frame: CFrame, stack: list, exc: Exception):
-        """The instruction run at a break raised: unwind as CPython would, into native code.
+    def _handler(self, frame: CFrame, stack: list, exc: Exception) -> tuple[int, list, bool] | None:
+        """Where the exception raised by the instruction just run is caught in this frame:
+        (handler offset, frame state there, whether capture resumes there), None if it escapes.
 
-        The exception table says where the handler is and how deep the stack is there; the
-        handler (``except``, ``finally``, a ``with`` exit) and the rest of the frame then run as
-        native bytecode (``native_resume``).
+        Captured: ``except`` and ``finally`` handlers (``handler_is_captured``). The others
+        (``with`` exits, the clean-up handlers that re-raise) run as native bytecode.
         """
         offset = frame.insts[frame.ip - 1].offset
         for e in dis._parse_exception_table(self.code):
             if e.start <= offset < e.end:
                 F = frame.locals + stack[:e.depth] + ([offset // 2] if e.lasti else []) + [exc]
-                done, result = resume_natively(self.code, self.globals, frame.cells[:len(self.code.co_freevars)],
-                                               e.target, F)
-                if done:
-                    return result
+                return e.target, F, not e.lasti and handler_is_captured(self.code, e.target)
+        return None
+
+    def _raise_natively(self, frame: CFrame, offset: int, F: list, exc: Exception):
+        done, result = resume_natively(self.code, self.globals, frame.cells[:len(self.code.co_freevars)], offset, F)
+        if done:
+            return result
         raise exc
 
     def _continue(self, entry: Entry, out):
@@ -150,9 +154,18 @@ class FrameCache:
             try:
                 if frame.step():
                     return frame.result
+                offset, F, C = frame.state()
             except Exception as exc:
-                return self._raise_in_frame(frame, saved, exc)
-            offset, F, C = frame.state()
+                caught = self._handler(frame, saved, exc)
+                if caught is None:
+                    raise
+                offset, F, captured = caught
+                if not captured:
+                    return self._raise_natively(frame, offset, F, exc)
+                C = frame.cells
+                frame = CFrame(self.code, self.globals, F[:len(self.code.co_varnames)],
+                               F[len(self.code.co_varnames):], C, frame.index_of[offset])
+            # Capture goes on after the break, or in the handler that caught its exception.
             entry = self.lookup(offset, F, C) or self.miss(offset, F, C)
             if entry is None:
                 return self._give_up(frame, offset, F, C)
@@ -160,3 +173,21 @@ class FrameCache:
                 out = entry.run(F, C)
             if entry.break_ip is None:
                 return out
+
+
+# Names that read the exception being handled (``sys.exc_info()``, ``traceback.print_exc()``):
+# inside a handler resumed by capture no exception is being handled, so such frames keep native
+# handlers, where CPython sets it.
+_READS_HANDLED = frozenset({"exc_info", "exception", "print_exc", "format_exc", "print_exception"})
+
+
+@functools.lru_cache(maxsize=256)
+def handler_is_captured(code, target: int) -> bool:
+    """Whether capture resumes in the handler at ``target``: an ``except`` or ``finally`` block
+    (not a ``with`` exit) in a frame without a bare ``raise`` or a read of the handled exception."""
+    insts = list(dis.get_instructions(code))
+    at = next(k for k, i in enumerate(insts) if i.offset == target)
+    if insts[at].opname != "PUSH_EXC_INFO" or insts[at + 1].opname == "WITH_EXCEPT_START":
+        return False
+    bare_raise = any(i.opname == "RAISE_VARARGS" and i.arg == 0 for i in insts)
+    return not bare_raise and not _READS_HANDLED & set(code.co_names)
