@@ -349,12 +349,12 @@ class CppBackend:
         return {"pointers": len(kernel.inputs) + len(kernel.outputs), "sizes": len(kernel.sizes)}
 
     def start(self, record: dict, options: Any) -> None:
-        build.compile_cpp_async(record["source"])
+        build.compile_cpp_async(record["source"], options.get("artifact_store"))
 
     def load(self, record: dict, options: Any):
         import ctypes
 
-        lib = build.compile_cpp_async(record["source"]).result()
+        lib = build.compile_cpp_async(record["source"], options.get("artifact_store")).result()
         fn = lib.kernel
         fn.restype = None
         meta = record["meta"]

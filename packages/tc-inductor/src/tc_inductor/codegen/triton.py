@@ -16,6 +16,7 @@ import math
 import os
 import re
 import threading
+from pathlib import Path
 from typing import Any
 
 import sympy
@@ -25,7 +26,7 @@ import tc_ir
 
 from .. import kir
 from ..kir import Ops, UOp
-from . import build
+from . import artifacts, build
 from .build import cache_dir
 from .common import Emitter, Scope, print_index
 from .registry import register_backend
@@ -532,7 +533,7 @@ class TritonBackend:
     def start(self, record: dict, options: Any) -> None:
         """Compile for the GPU now, in the pool, instead of at the first launch."""
         if record["meta"].get("warmup") is not None:
-            _start_warmup(self._kernel(record), record)
+            _start_warmup(self._kernel(record), record, options.get("artifact_store"))
 
     def load(self, record: dict, options: Any):
         kernel, meta = self._kernel(record), record["meta"]
@@ -608,26 +609,72 @@ def _warmup_key(record: dict) -> str:
     return hashlib.sha256(repr((record["source"], meta.get("warmup"), meta["config"])).encode()).hexdigest()
 
 
-def _start_warmup(kernel: Any, record: dict) -> None:
+def _start_warmup(kernel: Any, record: dict, store: Any = None) -> None:
     key = _warmup_key(record)
     with _modules_lock:
         if key not in _warmups:
-            _warmups[key] = build.workers().submit(_warmup, kernel, record["meta"])
+            _warmups[key] = build.workers().submit(_warmup, kernel, record["meta"], store, key)
 
 
-def _warmup(kernel: Any, meta: dict) -> Any:
+def _warmup(kernel: Any, meta: dict, store: Any = None, key: str = "") -> Any:
     sig = meta["warmup"]
     args = [getattr(torch, name) for name in sig["pointers"]] + list(sig["ints"])
     consts = {} if meta["autotune"] else dict(meta["config"])
     try:
         # Triton compiles for the calling thread's current device
         with torch.cuda.device(sig["device"]) if torch.cuda.is_available() else contextlib.nullcontext():
+            store_key = _store_key(key, sig["device"])
+            restored = _restore_compiled(store, store_key, _triton_cache_root()) if store is not None else []
             compiled = kernel.warmup(*args, grid=(1,), **consts)
-        return compiled.result() if hasattr(compiled, "result") else compiled
+            compiled = compiled.result() if hasattr(compiled, "result") else compiled
+        if store is not None:
+            _save_compiled(store, store_key, compiled, _triton_cache_root(), restored)
+        return compiled
     except Exception as e:  # the first launch compiles it again and raises what is wrong
         _log.debug("ahead-of-time compile of a Triton kernel failed (%s: %s); it compiles at launch",
                    type(e).__name__, e)
         return None
+
+
+# ---- compiled kernels in the artifact store (CUDA only: the interpreter compiles nothing) ---------
+#
+# Triton keeps a compiled kernel in ``<TRITON_CACHE_DIR>/<hash>/`` (cubin, ptx, IR, metadata json
+# and a ``__grp__`` file listing them), where ``hash`` is ``CompiledKernel.hash``: a digest of the
+# source, options, target and Triton's version. We cannot compute that hash before Triton does,
+# so the store entry is keyed by what we launch (source, signature, config) plus the Triton version
+# and the device's capability, and holds the directory; restored before ``warmup``, Triton's own
+# lookup then finds it. Triton's C launcher (built once per argument signature) is not carried.
+
+def _store_key(key: str, device: int) -> str:
+    import triton
+
+    capability = torch.cuda.get_device_capability(device) if torch.cuda.is_available() else None
+    return hashlib.sha256(repr((key, triton.__version__, capability)).encode()).hexdigest()[:32]
+
+
+def _triton_cache_root() -> Path:
+    from triton import knobs
+
+    return Path(knobs.cache.dir)
+
+
+def _restore_compiled(store: Any, key: str, root: Path) -> list[str]:
+    """Triton cache directories restored from the store (none when absent or unreadable)."""
+    data = artifacts.store_get(store, "triton_kernel", key)
+    if data is None:
+        return []
+    try:
+        return artifacts.restore_dirs(data, root)
+    except (ValueError, OSError) as e:  # Triton then compiles it, and we store it again
+        _log.debug("stored Triton kernel %s is unusable (%s); compiling it", key, e)
+        return []
+
+
+def _save_compiled(store: Any, key: str, compiled: Any, root: Path, restored: list[str]) -> None:
+    digest = getattr(compiled, "hash", None)  # None for autotuned kernels (several configs)
+    if not isinstance(digest, str) or digest in restored or not (root / digest).is_dir():
+        return
+    artifacts.store_put(store, "triton_kernel", key, artifacts.pack_dirs(root, [digest]))
 
 
 def _check_interpreter() -> None:
