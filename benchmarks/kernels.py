@@ -14,8 +14,8 @@ import time
 
 import torch
 
-import tc_ir
 import tc_inductor
+import tc_ir
 
 aten = torch.ops.aten
 
@@ -52,11 +52,11 @@ def graph_of(build, inputs):
 
 CASES = [
     ("add+relu+mul (pointwise)", lambda g, x, y: g.call(aten.mul.Tensor, g.call(aten.relu.default, g.call(
-        aten.add.Tensor, x, y)), 2.0), lambda: [torch.randn(8192, 8192, device="cuda"), torch.randn(8192, 8192, device="cuda")], 3),
+        aten.add.Tensor, x, y)), 2.0), lambda: [torch.randn(8192, 8192, device="cuda"), torch.randn(8192, 8192, device="cuda")], 3),  # noqa: E501
     ("gelu (pointwise)", lambda g, x: g.call(aten.gelu.default, x), lambda: [torch.randn(8192, 8192, device="cuda")], 2),
     ("bf16 scale+cast (pointwise)", lambda g, x: g.call(aten.mul.Tensor, x, 0.5),
      lambda: [torch.randn(8192, 8192, device="cuda").bfloat16()], 2),
-    ("row sum (reduction)", lambda g, x: g.call(aten.sum.dim_IntList, x, [-1]), lambda: [torch.randn(32768, 4096, device="cuda")], 1),
+    ("row sum (reduction)", lambda g, x: g.call(aten.sum.dim_IntList, x, [-1]), lambda: [torch.randn(32768, 4096, device="cuda")], 1),  # noqa: E501
     ("softmax (row reduction)", lambda g, x: g.call(aten._softmax.default, x, -1, False),
      lambda: [torch.randn(32768, 4096, device="cuda")], 2),
     ("layer norm (row reduction)", lambda g, x, w, b: g.call(aten.native_layer_norm.default, x, [4096], w, b, 1e-5),
@@ -96,7 +96,7 @@ def main() -> int:
         ms_tc = bench(compiled, *inputs)
         ms_eager = bench(eager, *inputs)
         ms_tcc = bench(compiled_torch, *inputs) if compiled_torch else float("nan")
-        bw = lambda ms: nbytes / ms / 1e6  # noqa: E731
+        bw = lambda ms, nbytes=nbytes: nbytes / ms / 1e6  # noqa: E731
         print(f"{name:32} {bw(ms_tc):9.0f} {100 * bw(ms_tc) / peak:5.0f}% {bw(ms_eager):11.0f} {bw(ms_tcc):13.0f} "
               f"{ms_tc:8.3f} {compiled.stats['kernels']:8d} {compile_s:13.2f}")
     return 0

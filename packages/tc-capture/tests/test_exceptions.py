@@ -7,9 +7,9 @@ import io
 
 import pytest
 import torch
+from helpers import check
 
 import tc_capture
-from helpers import check
 
 
 def _targets(be):
@@ -28,7 +28,7 @@ def raise_and_dict_miss(x):
     except ValueError:
         y = y + 1
     try:
-        d = {}["missing"]
+        d = {}["missing"]  # noqa: F841
     except KeyError:
         y = y - 3
     return torch.sin(y)
@@ -191,7 +191,7 @@ def raise_in_handler(x):
     try:
         x = x + {}["gone"]
     except KeyError:
-        raise ValueError("changed")
+        raise ValueError("changed")  # noqa: B904  (eager's __context__ is what is compared)
     return x
 
 

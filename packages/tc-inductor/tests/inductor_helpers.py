@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-import tc_ir
 import tc_inductor
+import tc_ir
 
 TOL = {torch.float32: (1e-4, 1e-4), torch.float64: (1e-7, 1e-7), torch.float16: (1e-2, 1e-2),
        torch.bfloat16: (3e-2, 3e-2)}

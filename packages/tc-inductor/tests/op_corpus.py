@@ -6,7 +6,7 @@ variants per op, and dtypes eager rejects for an op are skipped automatically.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import attrs
 import torch
@@ -73,7 +73,7 @@ add("softplus", u(aten.softplus.default, 2.0, 1.0), dtypes=FLOATS)
 add("elu", u(aten.elu.default, 0.5), dtypes=FLOATS)
 add("threshold", u(aten.threshold.default, 0.1, 5.0), dtypes=NUM)
 for _n in ["isnan", "isinf", "isfinite", "signbit", "isposinf", "isneginf"]:
-    add(_n, u(getattr(aten, _n).default), dtypes=(F32, BF16, I64) if _n not in ("isposinf", "isneginf", "signbit") else (F32, I64))
+    add(_n, u(getattr(aten, _n).default), dtypes=(F32, BF16, I64) if _n not in ("isposinf", "isneginf", "signbit") else (F32, I64))  # noqa: E501
 add("bitwise_not", u(aten.bitwise_not.default), dtypes=(I64, BOOL))
 add("logical_not", u(aten.logical_not.default), dtypes=ALL)
 add("clone", u(aten.clone.default), dtypes=ALL)

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-import tc_ir
-import tc_inductor
-
 from inductor_helpers import assert_same
+
+import tc_inductor
+import tc_ir
 
 aten = torch.ops.aten
 S = tc_ir.TensorSpec

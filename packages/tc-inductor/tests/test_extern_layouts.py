@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-import tc_ir
 import tc_inductor
+import tc_ir
 
 aten = torch.ops.aten
 

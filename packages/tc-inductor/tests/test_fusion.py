@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-import tc_ir
-import tc_inductor
-
 from inductor_helpers import assert_same, build, check
+
+import tc_inductor
+import tc_ir
 
 aten = torch.ops.aten
 BACKENDS = ["cpp", "triton"]
@@ -60,7 +59,7 @@ def test_rms_norm_one_kernel():
 
     def rms(g, x, w):
         ms = g.call(aten.mean.dim, g.call(aten.mul.Tensor, x, x), [-1], True)
-        return g.call(aten.mul.Tensor, g.call(aten.mul.Tensor, x, g.call(aten.rsqrt.default, g.call(aten.add.Scalar, ms, 1e-6))), w)
+        return g.call(aten.mul.Tensor, g.call(aten.mul.Tensor, x, g.call(aten.rsqrt.default, g.call(aten.add.Scalar, ms, 1e-6))), w)  # noqa: E501
 
     assert check(rms, [x, w]).stats["kernels"] == 1
 

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-import tc_ir
-import tc_inductor
-
 from inductor_helpers import assert_same
 from op_corpus import OPS, cases
+
+import tc_inductor
+import tc_ir
 
 TRITON_EVERY = 1  # every op the interpreter can run (it lacks libdevice)
 TRITON_ALWAYS = {"_softmax", "native_layer_norm", "sum.dim", "argmax", "gather", "cat", "constant_pad_nd",

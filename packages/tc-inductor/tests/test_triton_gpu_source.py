@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from inductor_helpers import assert_same, build
 
-import tc_ir
 import tc_inductor
+import tc_ir
 from tc_inductor import kir
 from tc_inductor.codegen import triton as triton_backend
-
-from inductor_helpers import assert_same, build
 
 aten = torch.ops.aten
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="GPU hosts run the real thing (-m cuda)")

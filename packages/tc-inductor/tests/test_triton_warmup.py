@@ -6,12 +6,11 @@ import threading
 
 import pytest
 import torch
+from inductor_helpers import build
 
 import tc_inductor
 from tc_inductor import kir
 from tc_inductor.codegen import triton as triton_backend
-
-from inductor_helpers import build
 
 aten = torch.ops.aten
 
@@ -65,7 +64,7 @@ def test_kernels_are_compiled_before_the_first_call():
     k = tc_inductor.compile(g, [x], {"cache": False})
     key = hashlib.sha256(k.kernels[0].encode()).hexdigest()[:24]
     (module,) = [m for path, m in triton_backend._modules.items() if key in path]
-    assert any(caches[0] for caches in triton_backend.kernel_function(module, k.kernels[0]).device_caches.values())  # compiled, never launched
+    assert any(caches[0] for caches in triton_backend.kernel_function(module, k.kernels[0]).device_caches.values())  # compiled, never launched  # noqa: E501
     torch.testing.assert_close(k(x), torch.softmax(x.sin(), -1))
 
 

@@ -7,7 +7,8 @@ example inputs of the operands' layouts; the cond node becomes one extern call t
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

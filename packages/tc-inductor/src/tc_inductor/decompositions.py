@@ -10,7 +10,8 @@ records the decomposition's ATen calls on meta tensors into a small tc_ir graph.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch._decomp

@@ -9,7 +9,8 @@ node runs as an extern call), which keeps a wrong lowering from giving a wrong a
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import attrs
 import sympy
@@ -22,8 +23,7 @@ from tc_ir import Node, TensorSpec
 from . import kir
 from .cond import lower_cond
 from .decompositions import EXTERN_PREFERRED, corrected_spec, trace_decomposition
-from .ir import (BufferValue, ComputedBuffer, ExternCall, InputBuffer, Pointwise, TensorValue, Unsupported,
-                 contiguous_stride)
+from .ir import BufferValue, ComputedBuffer, ExternCall, InputBuffer, Pointwise, TensorValue, Unsupported, contiguous_stride
 from .lowering import LOWERINGS
 
 log = tc_ir.logs.get_logger("fusion")
@@ -157,10 +157,10 @@ class GraphLowering:
             return args[0][args[1]]
         spec = corrected_spec(node.target, node.spec, args, kwargs)
         result = self.lower_call(node, node.target, spec, args, kwargs)
-        for value, spec in zip(tc_ir.leaves(result), tc_ir.leaves(spec)):
-            if isinstance(value, Pointwise) and isinstance(spec, TensorSpec) and _dense(spec) \
-                    and tuple(spec.shape) == tuple(value.shape):
-                value.preferred_stride = spec.stride  # realized as eager would lay it out
+        for value, leaf in zip(tc_ir.leaves(result), tc_ir.leaves(spec)):
+            if isinstance(value, Pointwise) and isinstance(leaf, TensorSpec) and _dense(leaf) \
+                    and tuple(leaf.shape) == tuple(value.shape):
+                value.preferred_stride = leaf.stride  # realized as eager would lay it out
         return self._maybe_realize(node, result)
 
     def _input(self, node: Node) -> Any:

@@ -9,7 +9,8 @@ arguments, and expensive values read many times.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import attrs
 import sympy

@@ -48,7 +48,8 @@ _TORCH_DIR = os.path.join(os.path.dirname(os.path.realpath(torch.__file__)), "")
 _INLINE_TORCH = (os.path.join(_TORCH_DIR, "nn", "modules", ""),  # torch's modules' forwards
                  os.path.join(_TORCH_DIR, "utils", "_contextlib.py"),  # @torch.no_grad() as a decorator
                  os.path.join(_TORCH_DIR, "optim", ""),
-                 os.path.join(_TORCH_DIR, "utils", "_foreach_utils.py"))  # which devices have foreach kernels  # optimizers' step() (see README: optimizers)
+                 # optimizers' step() (see README: optimizers) asks which devices have foreach kernels
+                 os.path.join(_TORCH_DIR, "utils", "_foreach_utils.py"))
 # Standard-library code that library models run and that is plain Python with no hidden state:
 # ``nullcontext`` (transformers' ``maybe_autocast``) and the default ``__enter__`` of
 # ``AbstractContextManager`` subclasses.

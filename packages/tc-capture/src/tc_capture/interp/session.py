@@ -78,7 +78,8 @@ class Session:
         self.real_inputs: dict[int, torch.Tensor] = {}  # id(input node) -> the tensor it was read from
         self.by_source: dict[str, V] = {}
         self.by_object: dict[int, tuple] = {}  # id -> (container, V): aliases of one list/dict
-        self.side_effects: list[tuple] = []  # ("setattr", obj V, name, value V) / ("global", ...) / ("call", fn, args, kwargs) / ("setitem", obj, key, value)
+        # ("setattr", obj V, name, value V) / ("global", ...) / ("call", fn, args, kwargs) / ("setitem", obj, key, value)
+        self.side_effects: list[tuple] = []
         self.mutated: dict[int, V] = {}  # sourced containers changed in place
         self.fullgraph = fullgraph
         self.grad_enabled = torch.is_grad_enabled()

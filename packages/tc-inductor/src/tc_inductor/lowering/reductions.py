@@ -4,7 +4,7 @@ var/std (two reductions one kernel fuses), softmax and log-softmax, layer norm."
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import sympy
 import torch

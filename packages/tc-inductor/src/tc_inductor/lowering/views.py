@@ -7,7 +7,7 @@ anything else is a :class:`Pointwise` whose index function maps into the source.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import sympy
 import torch
