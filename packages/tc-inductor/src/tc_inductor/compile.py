@@ -19,14 +19,14 @@ import torch
 import tc_ir
 
 from . import kir
-from .codegen import choose_backend
+from .codegen import choose_backend, triton_mm
 from .codegen.build import cache_dir
 from .config import VERSION, Options
 from .graph_lowering import GraphLowering, LoweredGraph
 from .ir import BufferValue, ComputedBuffer, ExternCall
 from .rewrites import rewrite
 from .scheduler import Group, Schedule, build_kernel, schedule
-from .wrapper import KernelCall, generate, wrapper_devices, wrapper_globals
+from .wrapper import KernelCall, _layouts, generate, wrapper_devices, wrapper_globals
 
 perf = tc_ir.logs.get_logger("perf_hints")
 output_code = tc_ir.logs.get_logger("output_code")
@@ -104,7 +104,11 @@ def _generate(lowered: LoweredGraph, sched: Schedule, opts: Options, graph: tc_i
     kernels: list[dict] = []
     by_source: dict[str, str] = {}
     stats = {"kernels": 0, "fused_nodes": 0, "bytes_read": 0, "bytes_written": 0, "extern_calls": 0}
+    sched = triton_mm.fuse_templates(lowered, sched, opts, dtypes)
     for step in sched.steps:
+        if isinstance(step, triton_mm.TemplateGroup):
+            _template_call(step, lowered, sched, opts, dtypes, kernels, by_source, calls, stats)
+            continue
         if isinstance(step, ExternCall):
             stats["extern_calls"] += 1
             continue
@@ -135,10 +139,31 @@ def _generate(lowered: LoweredGraph, sched: Schedule, opts: Options, graph: tc_i
     tc_ir.logs.dump("fusion", graph.name, "\n".join(sched.log))
     output_code.debug("wrapper for %s:\n%s", graph.name, source)
     target_names = {k: _target_name(t) for k, t in targets.items()}
-    return {"source": source, "devices": wrapper_devices(lowered), "kernels": kernels, "stats": stats,
+    devices = sorted(set(wrapper_devices(lowered)) | {str(torch.device(s.device)) for s in calls})
+    return {"source": source, "devices": devices, "kernels": kernels, "stats": stats,
             "targets": targets, "target_names": target_names,
             "constants": dict(lowered.constant_keys), "cacheable": all(v is not None for v in target_names.values()),
             "extern_reasons": dict(lowered.extern_reasons)}
+
+
+def _template_call(step, lowered: LoweredGraph, sched: Schedule, opts: Options, dtypes: dict, kernels: list,
+                   by_source: dict, calls: dict, stats: dict) -> None:
+    """A matmul template with its fused epilogue: one kernel instead of an extern call and a kernel."""
+    kernel = triton_mm.template_kernel(step, sched.stored, dtypes, opts)
+    source = triton_mm.generate(step, kernel, step.device)
+    interpret = torch.device(step.device).type != "cuda"
+    if source not in by_source:
+        by_source[source] = f"k{len(by_source)}"
+        kernels.append({"name": by_source[source], "backend": "triton_mm", "source": source,
+                        "meta": {"interpret": interpret}})
+    config = step.config or triton_mm.heuristic_config(step.extern, interpret)
+    launch = triton_mm.launch_line(by_source[source], step, kernel, config, _layouts(lowered))
+    calls[step] = KernelCall(by_source[source], [], [], launch)
+    stats["kernels"] += 1
+    stats["fused_nodes"] += len(step.epilogue.members) if step.epilogue is not None else 0
+    stats["bytes_read"] += sum(_nbytes(lowered, n) for n, _ in kernel.inputs)
+    stats["bytes_written"] += sum(_nbytes(lowered, n) for n, _ in kernel.outputs)
+    tc_ir.logs.dump("kernel", by_source[source], kir.format_kernel(kernel, by_source[source]) + "\n\n" + source)
 
 
 def _target_name(target: Any) -> str | None:
@@ -229,7 +254,8 @@ def _cache_key(graph: tc_ir.Graph, example_inputs: list, opts: Options) -> str |
         return None
     specs = [str(tc_ir.spec_of(x)) + (str(x.stride()) if isinstance(x, torch.Tensor) else repr(x))
              for x in example_inputs]
-    parts = [text, "|".join(specs), opts.cache_text(), VERSION, _code_version(), torch.__version__, _triton_version()]
+    parts = [text, "|".join(specs), opts.cache_text(), VERSION, _code_version(), torch.__version__, _triton_version(),
+             str(triton_mm.allow_tf32())]  # the matmul template's fp32 precision follows torch's flag
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
 

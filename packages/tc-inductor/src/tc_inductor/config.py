@@ -21,6 +21,9 @@ class Options:
     fusion: fuse buffers into shared kernels (off: one kernel per buffer, for debugging).
     cache: use the graph-level cache (in memory and on disk).
     artifact_store: an object with get(kind, key) -> bytes | None and put(kind, key, data).
+    mm_template: Triton matmul templates with fused epilogues for mm/addmm/bmm: "auto" (under
+      max_autotune on CUDA, benchmarked against the extern call), "never", or, for tests,
+      "always" (heuristic config, any device) and "autotune" (benchmark on any device).
     """
 
     backend: str = "auto"
@@ -29,6 +32,7 @@ class Options:
     fusion: bool = True
     cache: bool = True
     artifact_store: Any = None
+    mm_template: str = attrs.field(default="auto", validator=attrs.validators.in_(("auto", "never", "always", "autotune")))
 
     @classmethod
     def from_dict(cls, options: dict | None) -> Options:
