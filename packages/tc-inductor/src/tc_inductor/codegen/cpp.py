@@ -15,7 +15,7 @@ import torch
 
 from .. import kir
 from ..kir import Ops, UOp
-from . import build
+from . import build, cpp_rows, cpp_vecmath
 from .common import Emitter, Scope, print_index
 from .registry import register_backend
 
@@ -156,12 +156,14 @@ class CppKernelWriter:
             return f"-{a}"
         if op is Ops.ABS:
             return f"std::abs({a})" if is_float else f"({a} < 0 ? -{a} : {a})"
+        if op is Ops.EXP and t == "float":
+            return f"tc_expf({a})"
         if op is Ops.RSQRT:
             return f"{t}(1) / std::sqrt({a})"
         if op is Ops.RECIPROCAL:
             return f"{t}(1) / {a}"
         if op is Ops.SIGMOID:
-            return f"{t}(1) / ({t}(1) + std::exp(-{a}))"
+            return f"{t}(1) / ({t}(1) + {'tc_expf' if t == 'float' else 'std::exp'}(-{a}))"
         if op is Ops.ERFINV:
             return f"static_cast<{t}>(tc_erfinv({a}))"
         if op is Ops.SIGN:
@@ -242,18 +244,23 @@ class CppKernelWriter:
         loops = self._loops("x", k.xranges)
         if not loops:
             return ["{"] + ["    " + line for line in inner] + ["}"]
-        out = []
-        if len(loops) >= 2:
-            out.append(f"#pragma omp parallel for collapse({len(loops) - 1}) if({self._numel(k.xranges)} >= {PARALLEL_THRESHOLD})")
-        else:
-            out.append(f"#pragma omp parallel for if({self._numel(k.xranges)} >= {PARALLEL_THRESHOLD})")
-        return out + _nest(loops, inner)
+        cond = f"if({self._numel(k.xranges)} >= {PARALLEL_THRESHOLD})"
+        if len(loops) == 1:
+            return [f"#pragma omp parallel for simd {cond}"] + _nest(loops, inner)
+        # Iterations of the innermost loop are independent (distinct elements of restrict buffers);
+        # saying so spares gcc the aliasing checks it cannot prove through OpenMP's outlining.
+        innermost = ["#pragma omp simd"] + _nest(loops[-1:], inner)
+        return [f"#pragma omp parallel for collapse({len(loops) - 1}) {cond}"] + _nest(loops[:-1], innermost)
 
     def reduction_body(self) -> list[str]:
         k = self.kernel
+        self.row_n = cpp_rows.row_size(k.rranges)
+        self.row_arrays: list[str] = []
+        self.cached: dict[UOp, str] = {}
         body: list[str] = []
-        for stage in k.stages:
-            body += self.stage(stage)
+        for i, stage in enumerate(k.stages):
+            body += self.stage(stage, k.stages[i + 1:])
+        body = self.row_arrays + body
         loops = self._loops("x", k.xranges)
         if not loops:
             return ["{"] + ["    " + line for line in body] + ["}"]
@@ -261,11 +268,12 @@ class CppKernelWriter:
         pragma = f"#pragma omp parallel for collapse({len(loops)}) if({numel} >= {PARALLEL_THRESHOLD})"
         return [pragma] + _nest(loops, body)
 
-    def stage(self, stage: kir.Stage) -> list[str]:
+    def stage(self, stage: kir.Stage, later: tuple) -> list[str]:
         k = self.kernel
         out: list[str] = []
         inner: list[str] = []
         scope = Scope()
+        scope.cache.update(self.cached)
         reductions = [s for s in stage.inner if isinstance(s, kir.Reduce)]
         for s in stage.inner:
             if isinstance(s, kir.Store):
@@ -274,20 +282,44 @@ class CppKernelWriter:
                 out += self.accumulator(s)
                 inner += self.accumulate(s, self.emitter.value(s.value, scope, inner))
         if stage.inner:
+            self.save_rows(scope, later, inner)
             loops = self._loops("r", k.rranges)
-            simd = [s.name for s in reductions if s.reduction_type == "sum" and s.dtype.is_floating_point]
-            nest = _nest(loops, inner)
-            if simd and len(reductions) == len(simd) and not any(line.startswith("if (") for line in inner):
-                nest = [f"#pragma omp simd reduction(+:{', '.join('acc_' + n for n in simd)})"] + nest \
-                    if len(loops) == 1 else nest
-            out += nest
+            clauses = _simd_clauses(reductions)
+            if clauses is None:
+                out += _nest(loops, inner)
+            else:
+                out += _nest(loops[:-1], [f"#pragma omp simd{clauses}"] + _nest(loops[-1:], inner))
         for s in reductions:
-            out.append(f"{VTYPES[s.dtype]} {s.name} = acc_{s.name};" if not s.reduction_type.startswith("arg")
-                       else f"int64_t {s.name} = idx_{s.name};")
+            out.append(self.finish(s))
         scope = Scope()
         for s in stage.outer:
             self.store(s, scope, out)
         return out
+
+    def save_rows(self, scope: Scope, later: tuple, inner: list[str]) -> None:
+        """Keep values later stages recompute in per-thread row arrays (``cpp_rows``)."""
+        if not later or self.row_n is None:
+            return
+        fresh = {u: v for u, v in scope.cache.items() if u not in self.cached and cpp_rows.worth_caching(u)}
+        rlin = print_index(_linear(self.kernel.rranges), {}, "/")
+        for stage in later:
+            for u in cpp_rows.wanted(stage, {**fresh, **self.cached}):
+                if u in self.cached or u not in fresh:
+                    continue
+                if (len(self.row_arrays) + 1) * self.row_n * 8 > cpp_rows.TOTAL_BYTES:
+                    return
+                name = f"row{len(self.row_arrays)}"
+                self.row_arrays.append(f"alignas(64) {VTYPES[u.dtype]} {name}[{self.row_n}];")
+                inner.append(f"{name}[{rlin}] = {fresh[u]};")
+                self.cached[u] = f"{name}[{rlin}]"
+
+    def finish(self, s: kir.Reduce) -> str:
+        t = VTYPES[s.dtype]
+        if s.reduction_type.startswith("arg"):
+            return f"int64_t {s.name} = idx_{s.name};"
+        if _nan_flagged(s):
+            return f"{t} {s.name} = nan_{s.name} ? std::numeric_limits<{t}>::quiet_NaN() : acc_{s.name};"
+        return f"{t} {s.name} = acc_{s.name};"
 
     def accumulator(self, s: kir.Reduce) -> list[str]:
         t = VTYPES[s.value.dtype] if s.reduction_type.startswith("arg") else VTYPES[s.dtype]
@@ -297,6 +329,8 @@ class CppKernelWriter:
         init = {"sum": f"{t}(0)", "prod": f"{t}(1)", "max": lowest, "min": highest, "any": "false", "all": "true",
                 "argmax": lowest, "argmin": highest}[s.reduction_type]
         lines = [f"{t} acc_{s.name} = {init};"]
+        if _nan_flagged(s):
+            lines.append(f"int nan_{s.name} = 0;")
         if s.reduction_type.startswith("arg"):
             lines.append(f"int64_t idx_{s.name} = 0;")
         return lines
@@ -308,6 +342,11 @@ class CppKernelWriter:
             cmp = ">" if rt == "argmax" else "<"
             rlin = print_index(_linear(self.kernel.rranges), {}, "/")
             return [f"if (!({acc} != {acc}) && (({v} != {v}) || {v} {cmp} {acc})) {{ {acc} = {v}; idx_{s.name} = {rlin}; }}"]
+        if rt in ("max", "min") and s.dtype != torch.bool:
+            # Branch-free, so the loop vectorises; NaN is tracked apart (tc_max's propagation).
+            cmp = ">" if rt == "max" else "<"
+            nan = [f"nan_{s.name} |= ({v} != {v});"] if _nan_flagged(s) else []
+            return [f"{acc} = {acc} {cmp} {v} ? {acc} : {v};"] + nan
         if s.dtype == torch.bool:
             op = {"sum": "||", "max": "||", "any": "||", "prod": "&&", "min": "&&", "all": "&&"}[rt]
             return [f"{acc} = {acc} {op} {v};"]
@@ -316,6 +355,24 @@ class CppKernelWriter:
             "min": f"{acc} = tc_min({acc}, {v});", "any": f"{acc} = {acc} || ({v} != 0);",
             "all": f"{acc} = {acc} && ({v} != 0);",
         }[rt]]
+
+
+def _nan_flagged(s: kir.Reduce) -> bool:
+    return s.reduction_type in ("max", "min") and s.dtype.is_floating_point
+
+
+def _simd_clauses(reductions: list) -> str | None:
+    """``omp simd`` reduction clauses for a row loop, or None when an accumulator is not one
+    OpenMP can split across lanes (arg-reductions, bool, products)."""
+    clauses = []
+    for s in reductions:
+        op = {"sum": "+", "max": "max", "min": "min"}.get(s.reduction_type)
+        if op is None or s.dtype == torch.bool:
+            return None
+        clauses.append(f" reduction({op}:acc_{s.name})")
+        if _nan_flagged(s):
+            clauses.append(f" reduction(|:nan_{s.name})")
+    return "".join(clauses)
 
 
 def _linear(rranges: tuple) -> sympy.Expr:
@@ -343,7 +400,7 @@ class CppBackend:
     name = "cpp"
 
     def generate(self, kernel: kir.Kernel, name: str, options: Any, device: Any) -> str:
-        return PRELUDE + CppKernelWriter(kernel, name).generate()
+        return PRELUDE + cpp_vecmath.declarations() + cpp_vecmath.EXPF + CppKernelWriter(kernel, name).generate()
 
     def metadata(self, kernel: kir.Kernel, options: Any, device: Any) -> dict:
         return {"pointers": len(kernel.inputs) + len(kernel.outputs), "sizes": len(kernel.sizes)}
