@@ -9,8 +9,9 @@ import torch
 
 import tc_ir
 
+from . import cache as trace_cache
 from . import passes
-from .joint import trace
+from .joint import Traced, trace
 from .partition import Partition
 from .partition import partition as split
 from .runtime import InferenceRunner, TrainingRunner, WrongVariant
@@ -51,27 +52,71 @@ def _show(stage: str, graph: tc_ir.Graph) -> None:
 
 
 class Compiled:
-    """One traced variant: the graphs made for one pattern of (grad mode, requires_grad)."""
+    """One traced variant: the graphs made for one pattern of (grad mode, requires_grad).
+
+    With a store in ``options["cache"]``, the graphs come from the trace cache when an entry
+    fits (see :mod:`tc_autograd.cache`), and a fresh trace is stored there.
+    """
 
     def __init__(self, graph: tc_ir.Graph, inputs: Sequence[Any], key: Any, options: dict):
         self.key = key
-        traced = trace(graph, inputs, options["decompositions"], key is not INFERENCE)
-        traced.graph = passes.clean(traced.graph)
-        self.traced = traced
+        store = options.get("cache")
+        cache_key = trace_cache.trace_key(graph, inputs, key, options) if store is not None else None
+        hit = _cache_get(store, cache_key, len(inputs)) if cache_key else None
+        if hit is None:
+            traced, graphs, num_saved = _trace(graph, inputs, key, options)
+            if cache_key:
+                _cache_put(store, cache_key, traced, graphs, num_saved)
+        else:
+            traced, graphs, num_saved = hit
+        self.traced, self._joint = traced, graphs.get("joint")
         self.partition: Partition | None = None
         if traced.is_joint:
-            _show("joint", traced.graph)
-            self.partition = split(traced.graph, options["partition"])
-            _show("forward", self.partition.forward)
-            _show("backward", self.partition.backward)
+            forward, backward = graphs["forward"], graphs["backward"]
+            saved = list(tc_ir.leaves(forward.outputs))[len(traced.differentiable):]
+            self.partition = Partition(forward, backward, saved)
+            _show("forward", forward)
+            _show("backward", backward)
             log.debug("%s", self.partition.saved_summary())
-            forward = options["fw_compiler"](self.partition.forward, list(inputs))
-            bw_examples = [example_of(n.spec) for n in self.partition.backward.inputs]
-            backward = options["bw_compiler"](self.partition.backward, bw_examples)
-            self.runner: Any = TrainingRunner(traced, forward, backward, len(self.partition.saved), key)
+            fw = options["fw_compiler"](forward, list(inputs))
+            bw_examples = [example_of(n.spec) for n in backward.inputs]
+            bw = options["bw_compiler"](backward, bw_examples)
+            self.runner: Any = TrainingRunner(traced, fw, bw, num_saved, key)
         else:
             _show("inference", traced.graph)
             self.runner = InferenceRunner(traced, options["fw_compiler"](traced.graph, list(inputs)))
+
+    def joint_graph(self) -> tc_ir.Graph | None:
+        """The joint graph (parsed on first read when the variant came from the trace cache)."""
+        if isinstance(self._joint, str):
+            self._joint = tc_ir.parse(self._joint)
+        return self._joint
+
+
+def _trace(graph: tc_ir.Graph, inputs: Sequence[Any], key: Any, options: dict) -> tuple[Traced, dict, int]:
+    """Trace to ATen and, when training, partition: ``(traced, graphs by name, saved count)``."""
+    traced = trace(graph, inputs, options["decompositions"], key is not INFERENCE)
+    traced.graph = passes.clean(traced.graph)
+    if not traced.is_joint:
+        return traced, {"inference": traced.graph}, 0
+    _show("joint", traced.graph)
+    part = split(traced.graph, options["partition"])
+    return traced, {"joint": traced.graph, "forward": part.forward, "backward": part.backward}, len(part.saved)
+
+
+def _cache_get(store: Any, key: str, num_inputs: int) -> tuple[Traced, dict, int] | None:
+    data = store.get(trace_cache.KIND, key)
+    if data is None:
+        return None
+    hit = trace_cache.load(data, num_inputs)
+    log.debug("trace cache %s for %s", "hit" if hit else "damaged entry", key)
+    return hit
+
+
+def _cache_put(store: Any, key: str, traced: Traced, graphs: dict, num_saved: int) -> None:
+    data = trace_cache.dump(traced, graphs, num_saved)
+    if data is not None:
+        store.put(trace_cache.KIND, key, data)
 
 
 class AOTFunction:
@@ -131,7 +176,7 @@ class AOTFunction:
     # ---- reading --------------------------------------------------------------------------
     @property
     def joint_graph(self) -> tc_ir.Graph | None:
-        return self.last.traced.graph if self.last and self.last.partition else None
+        return self.last.joint_graph() if self.last and self.last.partition else None
 
     @property
     def forward_graph(self) -> tc_ir.Graph | None:
@@ -157,7 +202,7 @@ class AOTFunction:
 
 def aot(graph: tc_ir.Graph, example_inputs: Sequence[Any], *, fw_compiler: Compiler | None = None,
         bw_compiler: Compiler | None = None, decompositions: dict | None = None,
-        partition: str = "min_cut") -> AOTFunction:
+        partition: str = "min_cut", cache: Any = None) -> AOTFunction:
     """Trace ``graph`` (torch level) to functional ATen graphs and compile them.
 
     >>> f = aot(graph, [x, w])                   # doctest: +SKIP
@@ -165,13 +210,16 @@ def aot(graph: tc_ir.Graph, example_inputs: Sequence[Any], *, fw_compiler: Compi
 
     ``fw_compiler``/``bw_compiler`` take ``(tc_ir.Graph, example_inputs)`` and return a callable
     (default: the tc_ir interpreter). ``decompositions`` maps ATen overloads to Python functions.
-    ``partition`` is ``"min_cut"`` (recompute cheap ops) or ``"save_all"``. The graphs for the
-    example inputs' grad pattern are made now; other patterns are traced on first use.
+    ``partition`` is ``"min_cut"`` (recompute cheap ops) or ``"save_all"``. ``cache`` is an
+    artifact store (``get(kind, key)``/``put(kind, key, data)``, e.g. ``tc_runtime.ArtifactCache()``)
+    for the trace cache: a variant traced in an earlier process is read back instead of traced
+    (see :mod:`tc_autograd.cache`). The graphs for the example inputs' grad pattern are made
+    now; other patterns are traced on first use.
     """
     if partition not in ("min_cut", "save_all"):
         raise ValueError(f"tc_autograd: partition must be 'min_cut' or 'save_all', got {partition!r}")
     options = {"fw_compiler": fw_compiler or interpret_compiler, "bw_compiler": bw_compiler or interpret_compiler,
-               "decompositions": decompositions, "partition": partition}
+               "decompositions": decompositions, "partition": partition, "cache": cache}
     fn = AOTFunction(graph, options)
     fn.variant(list(example_inputs))
     return fn

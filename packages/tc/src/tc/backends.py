@@ -77,8 +77,9 @@ def _aot(graph: tc_ir.Graph, example_inputs: Sequence[Any], compiler: Callable, 
     # Tensors the graph holds (export, FX get_attr) become inputs, so autograd treats them like
     # any parameter: traced symbolically, and differentiated when they require grad.
     lifted, held = tc_ir.lift_held(graph)
+    # The trace cache shares the artifact store: a warm process reads its ATen graphs back.
     compiled = tc_autograd.aot(lifted, [*example_inputs, *held], fw_compiler=compiler, bw_compiler=compiler,
-                               decompositions=decompositions)
+                               decompositions=decompositions, cache=artifact_cache())
     return (lambda *inputs: compiled(*inputs, *held)) if held else compiled
 
 
