@@ -111,10 +111,11 @@ def child(model_name: str, task: str) -> dict:
     import tc
 
     imported = time.perf_counter() - start
+    import torch
+
     import tc_autograd.api
     import tc_capture.runtime
     import tc_inductor
-    import torch
 
     clock = Clock()
     clock.wrap(tc_capture.runtime, "capture_region", "capture")

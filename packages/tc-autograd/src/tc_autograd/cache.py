@@ -11,8 +11,8 @@ tensors are saved), as JSON. They live in an artifact store the caller passes in
 The key states everything a trace depends on: the torch-level graph's text, each input's
 spec, strides, storage offset, ``requires_grad`` and aliasing, the variant (grad pattern), the
 decomposition table (each entry's target and the bytecode of its function), the partition
-strategy, ambient autocast, and the versions of Python, torch and the source of tc_ir and
-tc_autograd. Graphs that hold tensors are not cached (their data must not be stored). A stored
+strategy, ambient autocast and default dtype, and the versions of Python, torch and the source
+of tc_ir and tc_autograd. Graphs that hold tensors are not cached (their data must not be stored). A stored
 entry that does not read back whole (bad JSON, a graph that does not parse, counts that do not
 fit the graphs) is a miss: the variant is traced again and the entry rewritten.
 """
@@ -67,7 +67,9 @@ def _input_specs(inputs: Sequence[Any]) -> list[str]:
 
 
 def _autocast_state() -> str:
-    return repr([(d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cpu", "cuda")])
+    """Ambient state a trace can read: autocast, and the default dtype (factories without one)."""
+    autocast = [(d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cpu", "cuda")]
+    return repr((autocast, torch.get_default_dtype()))
 
 
 @functools.cache
