@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from inductor_helpers import check
 
 aten = torch.ops.aten
