@@ -177,6 +177,7 @@ def _target_name(target: Any) -> str | None:
 def _buffer_dtypes(lowered: LoweredGraph) -> dict:
     dtypes = {i.name: i.spec.dtype for i in lowered.inputs if isinstance(i.spec, tc_ir.TensorSpec)}
     dtypes.update({n: v.dtype for n, v in lowered.constants.items() if isinstance(v, torch.Tensor)})
+    dtypes.update({name: torch.int64 for name in lowered.seeds})
     for step in lowered.steps:
         if isinstance(step, ComputedBuffer):
             dtypes[step.name] = step.dtype

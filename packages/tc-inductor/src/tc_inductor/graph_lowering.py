@@ -46,6 +46,7 @@ class LoweredGraph:
     output_buffers: set  # names of buffers the outputs read
     own: set  # names of buffers tc allocates
     extern_reasons: dict  # op name -> reason it runs through torch
+    seeds: dict = attrs.Factory(dict)  # seed buffer name -> (device, slots): drawn by the wrapper per call
 
 
 class GraphLowering:
@@ -66,6 +67,7 @@ class GraphLowering:
         self._count = 0
         self._depth = 0
         self._stored_bases: dict = {}  # Pointwise -> BufferValue: view bases stored for externs
+        self.seeds: dict[str, tuple] = {}  # seed buffer name -> (device, slots used)
 
     # ---- the context lowerings use ----------------------------------------------------------
     def new_name(self, prefix: str = "buf") -> str:
@@ -103,6 +105,15 @@ class GraphLowering:
         self._add_computed(buf)
         return buf.value()
 
+    def random_seed(self, device: torch.device) -> kir.UOp:
+        """The seed of a new random op on ``device``: one slot of the int64 seed buffer the
+        wrapper fills from torch's generator for that device on every call."""
+        device = torch.device(device)
+        name = f"seeds_{device.type}{'' if device.index is None else device.index}"
+        slots = self.seeds.get(name, (device, 0))[1]
+        self.seeds[name] = (device, slots + 1)
+        return kir.seed(name, slots)
+
     def compile_subgraph(self, graph: tc_ir.Graph, example_inputs: list) -> Callable:
         """A sub-graph (a cond branch) compiled by the same pipeline and options."""
         if self._compile_subgraph is None:
@@ -125,7 +136,7 @@ class GraphLowering:
         outputs = tc_ir.map_structure(self.graph.outputs, lambda v: self._output(env[v], v.spec) if isinstance(v, Node) else v)
         output_buffers = {v.name for v in tc_ir.leaves(outputs) if isinstance(v, BufferValue)}
         return LoweredGraph(self.steps, self.inputs, self.constants, self.constant_keys, outputs, output_buffers, self.own,
-                            self.extern_reasons)
+                            self.extern_reasons, dict(self.seeds))
 
     def _output(self, value: Any, spec: Any) -> Any:
         if isinstance(value, Node):
@@ -189,7 +200,7 @@ class GraphLowering:
                 log.debug("%s: %s", target, reason)
         elif reason is None:
             reason = "no lowering"
-        if reason in ("no lowering",) or reason.startswith("lowering declined"):
+        if reason == "no lowering" or (reason.startswith("lowering declined") and not tc_ir.is_random(target)):
             decomposed = self._decompose(node, target, args, kwargs)
             if decomposed is not _NOT_DONE and _same_shapes(decomposed, spec):
                 return decomposed
@@ -203,8 +214,12 @@ class GraphLowering:
             return "not an ATen overload"
         if target in EXTERN_PREFERRED:
             return "extern by design (vendor kernel)"
-        if tc_ir.is_random(target) or tc_ir.is_mutating(target):
-            return "random or mutating op"
+        if tc_ir.is_mutating(target):
+            return "mutating op"
+        if tc_ir.is_random(target) and target not in LOWERINGS:
+            return "random op without a lowering"
+        if tc_ir.is_random(target) and kwargs.get("generator") is not None:
+            return "random op with an explicit generator"
         leaves = [v for v in tc_ir.leaves((args, kwargs))]
         if any(isinstance(v, RuntimeValue) for v in leaves):
             return "reads a runtime value"

@@ -23,6 +23,7 @@ class Ops(enum.Enum):
     INDEX = enum.auto()      # arg=sympy expr over loop variables, as an int64 value
     SIZE = enum.auto()       # arg=scalar argument name (a runtime Python number)
     REDUCED = enum.auto()    # arg=name of an in-kernel reduction: its per-row result
+    SEED = enum.auto()       # arg=(buffer, slot): one random op's int64 seed, the same for every element
     # structure
     CAST = enum.auto()       # to self.dtype
     WHERE = enum.auto()      # src=(cond, a, b)
@@ -50,14 +51,16 @@ class Ops(enum.Enum):
     LSHIFT = enum.auto(); RSHIFT = enum.auto()  # noqa: E702
     LT = enum.auto(); LE = enum.auto(); GT = enum.auto(); GE = enum.auto()  # noqa: E702
     EQ = enum.auto(); NE = enum.auto()  # noqa: E702
-    # random: src=(seed, offset) -> uniform float32 in [0, 1) / standard normal
+    # random: src=(seed, offset) -> uniform float32 in [0, 1) / standard normal, from Philox4x32-10
+    # keyed by the seed and counting from the int64 offset (the element's flat index in the random
+    # op's result), so a value never depends on block sizes, fusion or which kernel computes it
     RAND = enum.auto(); RANDN = enum.auto()  # noqa: E702
 
 
 class GroupOp:
     """Op properties as named sets (what backends and rewrites dispatch on)."""
 
-    Leaf = {Ops.LOAD, Ops.CONST, Ops.INDEX, Ops.SIZE, Ops.REDUCED}
+    Leaf = {Ops.LOAD, Ops.CONST, Ops.INDEX, Ops.SIZE, Ops.REDUCED, Ops.SEED}
     Unary = {
         Ops.NEG, Ops.ABS, Ops.EXP, Ops.EXP2, Ops.EXPM1, Ops.LOG, Ops.LOG2, Ops.LOG10, Ops.LOG1P,
         Ops.SQRT, Ops.RSQRT, Ops.RECIPROCAL, Ops.SIN, Ops.COS, Ops.TAN, Ops.ASIN, Ops.ACOS,
@@ -174,6 +177,22 @@ def binary(op: Ops, a: UOp, b: UOp) -> UOp:
 def where(cond: UOp, a: UOp, b: UOp) -> UOp:
     assert a.dtype == b.dtype, (a.dtype, b.dtype)
     return UOp(Ops.WHERE, a.dtype, (cast(cond, torch.bool), a, b))
+
+
+def seed(buffer: str, slot: int) -> UOp:
+    return UOp(Ops.SEED, torch.int64, (), (buffer, slot))
+
+
+def random(op: Ops, seed_value: UOp, offset: Any) -> UOp:
+    """``Ops.RAND`` / ``Ops.RANDN`` (float32) of the element at flat ``offset`` (an index expr)."""
+    assert op in GroupOp.Random and seed_value.op is Ops.SEED, (op, seed_value)
+    return UOp(op, torch.float32, (seed_value, index_value(offset)))
+
+
+def buffer_reads(value: UOp) -> list[str]:
+    """Names of the buffers ``value`` reads (loads and seeds), in first-read order."""
+    names = {u.arg[0]: None for u in value.toposort() if u.op in (Ops.LOAD, Ops.SEED)}
+    return list(names)
 
 
 def masked(mask: UOp, body: UOp, other: Any) -> UOp:

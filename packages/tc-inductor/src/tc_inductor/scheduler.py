@@ -280,9 +280,8 @@ def _assemble(x: tuple, r: tuple, stmts: list, dtypes: dict) -> kir.Kernel:
     outs: dict[str, torch.dtype] = {}
     for stage in stages:
         for s in stage.inner + stage.outer:
-            for u in s.value.toposort():
-                if u.op is Ops.LOAD:
-                    loads.setdefault(u.arg[0], None)
+            for name in kir.buffer_reads(s.value):
+                loads.setdefault(name, None)
             if isinstance(s, kir.Store):
                 outs[s.buffer] = s.dtype
     inputs = tuple((name, dtypes[name]) for name in loads)

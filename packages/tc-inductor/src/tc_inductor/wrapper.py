@@ -77,6 +77,7 @@ def generate(lowered: LoweredGraph, sched: Schedule, calls: dict, extern_names: 
             # the common case (the compiled layout) costs two tuple compares, no call
             body.append(f"if {inp.name}.stride() != {_tup(stride)} or {inp.name}.shape != {_tup(shape)}:")
             body.append(f"    {inp.name} = _layout({inp.name}, {_tup(shape)}, {_tup(stride)})")
+    body += _draw_seeds(lowered)
     last_use = _last_uses(sched)
     keep = set(lowered.output_buffers) | _passed_to_externs(sched)
     free: dict[tuple, list[str]] = {}
@@ -98,6 +99,14 @@ def generate(lowered: LoweredGraph, sched: Schedule, calls: dict, extern_names: 
     return "\n".join(lines + ["    " + line for line in body]) + "\n"
 
 
+def _draw_seeds(lowered: LoweredGraph) -> list[str]:
+    """Fresh seeds for the graph's random ops, one int64 each, from torch's generator for the
+    device: every call draws new numbers and ``torch.manual_seed`` makes runs repeat. (On CUDA
+    this is a device-side draw, so a captured CUDA graph draws again on each replay.)"""
+    return [f"{name} = randint({-2**63}, {2**63 - 1}, ({slots},), dtype=torch.int64, device={device_name(device)})"
+            for name, (device, slots) in sorted(lowered.seeds.items())]
+
+
 def _allocate(buf: ComputedBuffer, free: dict) -> str:
     key = (tuple(buf.shape), tuple(buf.stride), buf.dtype, str(buf.device))
     if free.get(key):
@@ -113,13 +122,14 @@ def device_name(device: Any) -> str:
 
 
 def wrapper_devices(lowered: LoweredGraph) -> list[str]:
-    return sorted({str(torch.device(step.device)) for step in lowered.steps if isinstance(step, ComputedBuffer)})
+    devices = {str(torch.device(step.device)) for step in lowered.steps if isinstance(step, ComputedBuffer)}
+    return sorted(devices | {str(device) for device, _ in lowered.seeds.values()})
 
 
 def wrapper_globals(devices: list[str]) -> dict:
     """Names the generated source reads besides kernels, extern targets and constants: bound
     once, when the wrapper is loaded."""
-    env: dict[str, Any] = {"empty_strided": torch.empty_strided}
+    env: dict[str, Any] = {"empty_strided": torch.empty_strided, "randint": torch.randint}
     env.update({device_name(d): torch.device(d) for d in devices})
     return env
 

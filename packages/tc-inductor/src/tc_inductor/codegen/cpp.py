@@ -61,6 +61,35 @@ static inline double tc_erfinv(double y) {
   for (int i = 0; i < 2; i++) { double err = std::erf(x) - y; x -= err / (1.1283791670955126 * std::exp(-x * x)); }
   return x;
 }
+""" + r"""
+// Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011): counter
+// (offset lo, offset hi, 0, 0), key (seed lo, seed hi); ten rounds of two 32x32->64 products,
+// the key raised by the Weyl constants after each. Same words and float mapping as Triton's
+// tl.rand / tl.randn, so C++ and Triton kernels give the same numbers for the same seed.
+struct tc_philox_out { uint32_t c0, c1; };
+static inline tc_philox_out tc_philox(int64_t seed, int64_t offset) {
+  uint32_t c0 = (uint32_t)(uint64_t)offset, c1 = (uint32_t)((uint64_t)offset >> 32), c2 = 0, c3 = 0;
+  uint32_t k0 = (uint32_t)(uint64_t)seed, k1 = (uint32_t)((uint64_t)seed >> 32);
+  for (int round = 0; round < 10; round++) {
+    uint64_t p0 = (uint64_t)0xD2511F53u * c0, p2 = (uint64_t)0xCD9E8D57u * c2;
+    uint32_t n0 = (uint32_t)(p2 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+    c1 = (uint32_t)p2; c3 = (uint32_t)p0; c0 = n0; c2 = n2;
+    k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
+  }
+  return {c0, c1};
+}
+// A 32-bit word as a float in [0, 1): the word as int32 folded onto [0, 2^31), times the largest
+// scale that keeps (2^31 - 1) * scale below 1 in float (triton.language.random's mapping).
+static inline float tc_uniform(uint32_t word) {
+  int32_t i = (int32_t)word; if (i < 0) i = ~i;
+  return (float)i * 4.6566127342e-10f;
+}
+static inline float tc_rand(int64_t seed, int64_t offset) { return tc_uniform(tc_philox(seed, offset).c0); }
+static inline float tc_randn(int64_t seed, int64_t offset) {  // Box-Muller on the first two words
+  tc_philox_out w = tc_philox(seed, offset);
+  float u1 = std::fmax(1.0e-7f, tc_uniform(w.c0)), theta = 6.283185307179586f * tc_uniform(w.c1);
+  return std::sqrt(-2.0f * std::log(u1)) * std::cos(theta);
+}
 """
 
 PARALLEL_THRESHOLD = 32768  # elements below which a kernel runs on one thread
@@ -134,6 +163,8 @@ class CppKernelWriter:
             return f"static_cast<int64_t>({self.index(u.arg, args)})"
         if op is Ops.REDUCED:
             return u.arg
+        if op is Ops.SEED:
+            return f"{self.params[u.arg[0]]}[{u.arg[1]}]"
         if op is Ops.CAST:
             return self.cast(u, u.src[0].dtype, args[0])
         if op is Ops.WHERE:
@@ -166,6 +197,8 @@ class CppKernelWriter:
             return f"{t}(1) / ({t}(1) + {'tc_expf' if t == 'float' else 'std::exp'}(-{a}))"
         if op is Ops.ERFINV:
             return f"static_cast<{t}>(tc_erfinv({a}))"
+        if op in (Ops.RAND, Ops.RANDN):
+            return f"tc_{op.name.lower()}({a}, {args[1]})"
         if op is Ops.SIGN:
             return f"static_cast<{t}>(({a} > 0) - ({a} < 0))" if u.dtype != torch.bool else a
         if op is Ops.SIGNBIT:

@@ -161,6 +161,10 @@ class TritonKernelWriter:
             return f"(tl.zeros([1], tl.int64) + {self.index(u.arg, args)})"
         if op is Ops.REDUCED:
             return u.arg
+        if op is Ops.SEED:  # one scalar per kernel: every element of a random op shares its seed
+            return f"tl.load({self.params[u.arg[0]]} + {u.arg[1]})"
+        if op in kir.GroupOp.Random:  # Philox4x32-10, as the C++ backend's tc_rand / tc_randn
+            return f"tl.{op.name.lower()}({args[0]}, {args[1]})"
         if op is Ops.CAST:
             return f"({args[0]} != 0)" if u.dtype == torch.bool else f"{args[0]}.to({TL[u.dtype]})"
         if op is Ops.WHERE:
@@ -587,7 +591,7 @@ def descriptive_name(kernel: kir.Kernel) -> str:
     return "_".join(["tc", kind, *list(seen)[:4]])
 
 
-_PLUMBING = {Ops.LOAD, Ops.CONST, Ops.INDEX, Ops.SIZE, Ops.REDUCED, Ops.CAST, Ops.WHERE, Ops.MASKED}
+_PLUMBING = {Ops.LOAD, Ops.CONST, Ops.INDEX, Ops.SIZE, Ops.REDUCED, Ops.SEED, Ops.CAST, Ops.WHERE, Ops.MASKED}
 _modules: dict[str, Any] = {}
 _modules_lock = threading.Lock()
 _warmups: dict[str, concurrent.futures.Future] = {}  # by source, signature, config and device

@@ -215,7 +215,7 @@ def template_kernel(group: TemplateGroup, stored: set, dtypes: dict, opts: Any) 
             stmts += [attrs.evolve(s, value=_replace_product(s.value, out.name, product)) for s in stage.inner + stage.outer]
     loads: dict[str, None] = {}
     for s in stmts:
-        loads.update({u.arg[0]: None for u in s.value.toposort() if u.op is Ops.LOAD})
+        loads.update({name: None for name in kir.buffer_reads(s.value)})
     inputs = tuple((n, dtypes[n] if n in dtypes else _dtype_of(extern, n)) for n in loads)
     outputs = tuple(dict((s.buffer, s.dtype) for s in stmts).items())
     return kir.Kernel(tuple(out.shape), (), (kir.Stage(tuple(stmts), ()),), inputs, outputs, ())

@@ -32,5 +32,7 @@ class LoweringContext(Protocol):
 
     def realize(self, value: TensorValue) -> BufferValue: ...
 
+    def random_seed(self, device: torch.device) -> Any: ...  # a kir SEED value for a new random op
+
     def reduction(self, shape: tuple, dtype: torch.dtype, device: torch.device, body: Callable,
                   rranges: tuple, reduction_type: str, reduced_dims: tuple = ()) -> BufferValue: ...
