@@ -8,6 +8,7 @@ row per stage). One config is chosen by heuristics; ``max_autotune`` benchmarks 
 
 from __future__ import annotations
 
+import base64
 import concurrent.futures
 import contextlib
 import hashlib
@@ -26,7 +27,7 @@ import tc_ir
 
 from .. import kir
 from ..kir import Ops, UOp
-from . import artifacts, build
+from . import artifacts, build, triton_compile
 from .build import cache_dir
 from .common import Emitter, Scope, print_index
 from .registry import register_backend
@@ -537,6 +538,8 @@ class TritonBackend:
     def start(self, record: dict, options: Any) -> None:
         """Compile for the GPU now, in the pool, instead of at the first launch."""
         if record["meta"].get("warmup") is not None:
+            if not record["meta"]["autotune"]:
+                triton_compile.pool()  # its workers start while the rest of the graph is generated
             _start_warmup(self._kernel(record), record, options.get("artifact_store"))
 
     def load(self, record: dict, options: Any):
@@ -629,8 +632,10 @@ def _warmup(kernel: Any, meta: dict, store: Any = None, key: str = "") -> Any:
         with torch.cuda.device(sig["device"]) if torch.cuda.is_available() else contextlib.nullcontext():
             store_key = _store_key(key, sig["device"])
             restored = _restore_compiled(store, store_key, _triton_cache_root()) if store is not None else []
-            compiled = kernel.warmup(*args, grid=(1,), **consts)
+            expected = None if meta["autotune"] or restored else _compile_in_worker(kernel, sig, consts)
+            compiled = kernel.warmup(*args, grid=(1,), **consts)  # a cache hit after the worker's compile
             compiled = compiled.result() if hasattr(compiled, "result") else compiled
+            triton_compile.check_hash(kernel, expected, compiled)
         if store is not None:
             _save_compiled(store, store_key, compiled, _triton_cache_root(), restored)
         return compiled
@@ -638,6 +643,22 @@ def _warmup(kernel: Any, meta: dict, store: Any = None, key: str = "") -> Any:
         _log.debug("ahead-of-time compile of a Triton kernel failed (%s: %s); it compiles at launch",
                    type(e).__name__, e)
         return None
+
+
+def _compile_in_worker(kernel: Any, sig: dict, consts: dict) -> str | None:
+    """Compile ``kernel`` into Triton's cache in a worker process (``triton_compile.py``), so
+    that ``warmup`` here only loads it; the worker's kernel hash, or None where it did not."""
+    from triton.runtime.jit import JITFunction, MockTensor, mangle_type
+
+    if not isinstance(kernel, JITFunction):  # autotuned, interpreted, or a test's stand-in
+        return None
+    try:
+        target = triton_compile.current_target(sig["device"])
+        pointers = [mangle_type(MockTensor(getattr(torch, name))) for name in sig["pointers"]]
+    except Exception as e:  # no driver: nothing to compile for
+        _log.debug("no Triton target for a compile worker (%s: %s)", type(e).__name__, e)
+        return None
+    return triton_compile.precompile(kernel, pointers, sig["ints"], consts, target)
 
 
 # ---- compiled kernels in the artifact store (CUDA only: the interpreter compiles nothing) ---------
@@ -676,9 +697,19 @@ def _restore_compiled(store: Any, key: str, root: Path) -> list[str]:
 
 def _save_compiled(store: Any, key: str, compiled: Any, root: Path, restored: list[str]) -> None:
     digest = getattr(compiled, "hash", None)  # None for autotuned kernels (several configs)
-    if not isinstance(digest, str) or digest in restored or not (root / digest).is_dir():
+    name = triton_cache_entry(root, digest) if isinstance(digest, str) else None
+    if name is None or name in restored:
         return
-    artifacts.store_put(store, "triton_kernel", key, artifacts.pack_dirs(root, [digest]))
+    artifacts.store_put(store, "triton_kernel", key, artifacts.pack_dirs(root, [name]))
+
+
+def triton_cache_entry(root: Path, digest: str) -> str | None:
+    """The directory of the compiled kernel of hash ``digest`` in Triton's cache ``root``: named
+    by the hash's base32 (Triton 3.x's ``FileCacheManager``), or the hash itself; None if absent."""
+    names = [digest]
+    with contextlib.suppress(ValueError):
+        names.insert(0, base64.b32encode(bytes.fromhex(digest)).decode().rstrip("="))
+    return next((n for n in names if (root / n).is_dir()), None)
 
 
 def _check_interpreter() -> None:
