@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -32,6 +34,7 @@ TARGET = ("cuda", 90, 32)
 @pytest.fixture(scope="module")
 def pool():
     p = triton_compile.CompilePool(1)
+    assert [f.result(timeout=120) for f in p.start(TARGET)] == p.pids()  # started, warmed up for TARGET
     yield p
     p.shutdown()
 
@@ -174,3 +177,36 @@ class _stand_in_driver:
         from triton.runtime.driver import driver
 
         driver._active = self.saved
+
+
+def test_workers_end_with_the_interpreter():
+    script = ("import time\nfrom tc_inductor.codegen import triton_compile\np = triton_compile.pool()\n"
+              "while len(p.pids()) < 2:\n    time.sleep(0.05)\nprint(*p.pids())\n")
+    env = dict(os.environ, TC_COMPILE_WORKERS="2")
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    pids = [int(p) for p in out.stdout.split()]
+    assert out.returncode == 0 and len(pids) == 2, out.stderr
+    assert not [pid for pid in pids if Path(f"/proc/{pid}").exists()]  # ended and reaped, not orphaned
+
+
+@pytest.mark.cuda
+def test_on_a_gpu_the_workers_compile_and_this_process_only_loads(tmp_path, monkeypatch):
+    """With workers, every Triton compile in this process is a cache hit on the workers' entries."""
+    if triton_compile.worker_count() == 0:
+        pytest.skip("TC_COMPILE_WORKERS=0")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    compiled_here = _compiles_here(monkeypatch)
+    x = torch.randn(1000, 37, device="cuda")
+    c = 1 + torch.rand(()).item()  # kernels that no earlier test compiled
+    g = build(lambda g, x: (g.call(aten._softmax.default, g.call(aten.mul.Tensor, x, c), -1, False),
+                            g.call(aten.tanh.default, g.call(aten.add.Tensor, x, c)),
+                            g.call(aten.sum.dim_IntList, g.call(aten.sin.default, g.call(aten.sub.Tensor, x, c)), [1])),
+              [x])
+    k = tc_inductor.compile(g, [x], {"cache": False})
+    entries = [d for d in (tmp_path / "triton").iterdir() if any(d.glob("*.cubin"))]
+    assert len(entries) == len(k.kernels) >= 2 and len(triton_compile.pool().pids()) >= 1
+    assert len(compiled_here) == len(k.kernels) and not any(compiled_here)  # loaded here, never compiled
+    out = k(x)
+    torch.testing.assert_close(out[0], torch.softmax(x * c, -1))
+    torch.testing.assert_close(out[1], torch.tanh(x + c))
+    torch.testing.assert_close(out[2], (x - c).sin().sum(1))

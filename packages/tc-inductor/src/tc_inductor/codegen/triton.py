@@ -539,7 +539,7 @@ class TritonBackend:
         """Compile for the GPU now, in the pool, instead of at the first launch."""
         if record["meta"].get("warmup") is not None:
             if not record["meta"]["autotune"]:
-                triton_compile.pool()  # its workers start while the rest of the graph is generated
+                _start_compile_workers(record["meta"]["warmup"]["device"])
             _start_warmup(self._kernel(record), record, options.get("artifact_store"))
 
     def load(self, record: dict, options: Any):
@@ -643,6 +643,16 @@ def _warmup(kernel: Any, meta: dict, store: Any = None, key: str = "") -> Any:
         _log.debug("ahead-of-time compile of a Triton kernel failed (%s: %s); it compiles at launch",
                    type(e).__name__, e)
         return None
+
+
+def _start_compile_workers(device: int) -> None:
+    """The compile pool's workers start, and warm up for this GPU, while the graph is generated."""
+    try:
+        with torch.cuda.device(device) if torch.cuda.is_available() else contextlib.nullcontext():
+            target = triton_compile.current_target(device)
+    except Exception:  # no driver: _compile_in_worker says so
+        target = None
+    triton_compile.pool(target)
 
 
 def _compile_in_worker(kernel: Any, sig: dict, consts: dict) -> str | None:

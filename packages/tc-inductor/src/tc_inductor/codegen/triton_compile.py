@@ -108,9 +108,10 @@ class CompilePool:
         self._lock = threading.Lock()
         self.crashes = 0
 
-    def start(self) -> list[concurrent.futures.Future]:
-        """Start every worker now (each imports Triton while the caller goes on)."""
-        return [self.submit({"op": "ping"}) for _ in range(self.n)]
+    def start(self, target: tuple | None = None) -> list[concurrent.futures.Future]:
+        """Start every worker now: each imports Triton and, given the ``target``, compiles a
+        throwaway kernel for it (set-up that a first compile pays), while the caller goes on."""
+        return [self.submit({"op": "start", "target": target}) for _ in range(self.n)]
 
     def submit(self, job: dict) -> concurrent.futures.Future:
         return self._threads.submit(self._run, job)
@@ -152,8 +153,9 @@ _pool_lock = threading.Lock()
 _disabled = False
 
 
-def pool() -> CompilePool | None:
-    """The process's compile pool, started on first use; None when compiles stay in-process."""
+def pool(target: tuple | None = None) -> CompilePool | None:
+    """The process's compile pool, started on first use (its workers warmed up for ``target``);
+    None when compiles stay in-process."""
     global _pool
     if _disabled:
         return None
@@ -163,17 +165,41 @@ def pool() -> CompilePool | None:
             if n == 0:
                 return None
             _pool = CompilePool(n)
-            _pool.start()
-            atexit.register(shutdown)
+            _pool.start(target)
         return _pool
 
 
 def shutdown() -> None:
+    """Stop the pool's workers (at interpreter exit; a later ``pool()`` starts new ones)."""
     global _pool
     with _pool_lock:
         p, _pool = _pool, None
     if p is not None:
         p.shutdown()
+
+
+def _forget_in_child() -> None:
+    """A forked child shares its parent's pipes to the workers: it starts its own pool if it compiles."""
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+atexit.register(shutdown)
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
+_targets: dict[int, tuple] = {}
+
+
+def current_target(device: int) -> tuple:
+    """``(backend, arch, warp_size)`` of the current device, as Triton's driver reports it
+    (read once per device: the worker must compile for what ``warmup`` here would)."""
+    if device not in _targets:
+        from triton.runtime import driver
+
+        t = driver.active.get_current_target()
+        _targets[device] = (t.backend, t.arch, t.warp_size)
+    return _targets[device]
 
 
 def compile_job(path: str, name: str, pointers: list[str], ints: list[int], kwargs: dict, target: tuple) -> dict:
@@ -193,7 +219,7 @@ def precompile(fn: Any, pointers: list[str], ints: list[int], kwargs: dict, targ
     """Compile the ``JITFunction`` ``fn`` in a worker and wait; the compiled kernel's hash, or None
     (no pool, or it failed: logged, and the caller's ``warmup`` compiles it in-process)."""
     global _disabled
-    p = pool()
+    p = pool(target)
     if p is None:
         return None
     from triton import knobs
@@ -219,16 +245,3 @@ def check_hash(fn: Any, expected: str | None, compiled: Any) -> None:
     if expected is not None and digest != expected:
         _log.debug("Triton cache key of %s differs between worker (%s) and parent (%s)", fn, expected, digest)
 
-
-_targets: dict[int, tuple] = {}
-
-
-def current_target(device: int) -> tuple:
-    """``(backend, arch, warp_size)`` of the current device, as Triton's driver reports it
-    (read once per device: the worker must compile for what ``warmup`` here would)."""
-    if device not in _targets:
-        from triton.runtime import driver
-
-        t = driver.active.get_current_target()
-        _targets[device] = (t.backend, t.arch, t.warp_size)
-    return _targets[device]
