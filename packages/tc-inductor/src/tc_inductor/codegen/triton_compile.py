@@ -12,7 +12,9 @@ The pool starts with the first CUDA kernel generated, with ``TC_COMPILE_WORKERS`
 (default: the usable CPUs, at most 16; ``0``: compile in-process, in threads), and serves every
 later graph of the process. Workers are started with ``subprocess`` (fork + exec, so a parent
 that has initialised CUDA is safe) and stopped at interpreter exit. A failed compile or a dead
-worker only costs time: the parent compiles the kernel itself, as without the pool.
+worker only costs time: the parent compiles the kernel itself, as without the pool. Autotuned
+kernels (``max_autotune``: several configs, benchmarked here) and matmul templates still
+compile in this process.
 """
 
 from __future__ import annotations
@@ -46,8 +48,10 @@ class WorkerCrashed(RuntimeError):
 def worker_count() -> int:
     """``TC_COMPILE_WORKERS`` if set, else the CPUs this process may use, at most 16."""
     env = os.environ.get("TC_COMPILE_WORKERS", "").strip()
+    if env.isdigit():
+        return int(env)
     if env:
-        return max(0, int(env))
+        _log.warning("TC_COMPILE_WORKERS=%r is not a number of processes; using the default", env)
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return min(cpus, MAX_WORKERS)
 
@@ -121,13 +125,15 @@ class CompilePool:
             return [w.proc.pid for w in self._workers if w.alive()]
 
     def _run(self, job: dict) -> Any:
-        worker = self._worker()
+        worker = None
         try:
+            worker = self._worker()
             return worker.request(job)
         except WorkerCrashed:
             with self._lock:
                 self.crashes += 1
-                self._workers.remove(worker)
+                if worker in self._workers:
+                    self._workers.remove(worker)
             self._local.worker = None
             raise
 
