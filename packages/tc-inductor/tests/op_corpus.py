@@ -24,6 +24,9 @@ class Op:
     dtypes: tuple = (F32, BF16, I64, BOOL)
     shapes: str = "elementwise"  # elementwise | broadcast | matrix | fixed
     interpret_ok: bool = True  # runs under the Triton interpreter (no libdevice there)
+    # Random ops: ``check(inputs, got, eager)`` tests the result's distribution and exact
+    # relations instead of equality with eager (a different generator draws the numbers).
+    check: Callable | None = None
 
 
 def u(target, *extra, **kw) -> Callable:
@@ -243,6 +246,77 @@ add("cumsum", u(aten.cumsum.default, 1), shapes="matrix", dtypes=(F32, I64))
 add("sort", lambda g, x: g.call(aten.sort.default, x, -1), shapes="matrix", dtypes=(F32,))
 
 
+# ---- random ops (checked by distribution, not equality) ---------------------------------------------
+def _like_eager(got, want) -> None:
+    assert got.shape == want.shape and got.dtype == want.dtype, (got.shape, got.dtype, want.shape, want.dtype)
+
+
+def _mean_near(values: torch.Tensor, mean: float, std: float) -> None:
+    # six standard errors: a false alarm about once in 5e8 runs
+    bound = 6 * std / values.numel() ** 0.5 + 1e-2
+    assert abs(values.double().mean().item() - mean) <= bound, (values.double().mean().item(), mean, bound)
+
+
+def check_uniform(low: float, high: float) -> Callable:
+    def check(inputs, got, want):
+        _like_eager(got, want)
+        # ``low + (high - low) * u`` may round up to ``high`` in a half type, as in eager
+        assert low <= got.min() and (got.max() < high or (got.dtype in (BF16, F16) and got.max() == high))
+        _mean_near(got, (low + high) / 2, (high - low) / 12**0.5)
+    return check
+
+
+def check_normal(mean: float, std: float) -> Callable:
+    def check(inputs, got, want):
+        _like_eager(got, want)
+        assert got.isfinite().all()
+        _mean_near(got, mean, std)
+    return check
+
+
+def check_bernoulli(p: float | None) -> Callable:
+    """``p`` a probability, or None: the input holds the probabilities (0 and 1 are certain)."""
+    def check(inputs, got, want):
+        _like_eager(got, want)
+        assert ((got == 0) | (got == 1)).all()
+        probs = inputs[0].double() if p is None else torch.full(got.shape, p, dtype=torch.float64)
+        assert (got[probs == 0] == 0).all() and (got[probs == 1] == 1).all()
+        _mean_near(got.double() - probs, 0.0, 0.5)
+    return check
+
+
+def check_dropout(p: float) -> Callable:
+    def check(inputs, got, want):
+        (out, mask), x = got, inputs[0]
+        _like_eager(out, want[0]), _like_eager(mask, want[1])
+        expected = x * mask * (1 / (1 - p))  # ATen: input * mask * scale, computed in one rounding
+        # exact, but the Triton interpreter truncates float32 -> bfloat16 (GPUs round to nearest)
+        rtol = 2.0**-7 if out.dtype == torch.bfloat16 else 0
+        torch.testing.assert_close(out, expected, rtol=rtol, atol=0)
+        _mean_near(mask.double(), 1 - p, (p * (1 - p)) ** 0.5)
+    return check
+
+
+def _sized(target, *extra) -> Callable:
+    return lambda g, x: g.call(target, [x.spec.shape[0], 33], *extra,
+                               kwargs={"dtype": x.spec.dtype, "device": x.spec.device})
+
+
+RANDOM_FLOATS = (F32, BF16, F16)
+add("rand_like", u(aten.rand_like.default), dtypes=RANDOM_FLOATS, check=check_uniform(0, 1))
+add("randn_like", u(aten.randn_like.default), dtypes=RANDOM_FLOATS, check=check_normal(0, 1))
+add("rand", _sized(aten.rand.default), dtypes=RANDOM_FLOATS, check=check_uniform(0, 1))
+add("randn", _sized(aten.randn.default), dtypes=RANDOM_FLOATS, check=check_normal(0, 1))
+add("bernoulli.p", u(aten.bernoulli.p, 0.3), dtypes=RANDOM_FLOATS, check=check_bernoulli(0.3))
+add("bernoulli", u(aten.bernoulli.default), domain="probability", dtypes=RANDOM_FLOATS, check=check_bernoulli(None))
+add("bernoulli.Tensor", lambda g, x: g.call(aten.bernoulli.Tensor, g.call(aten.zeros_like.default, x), x),
+    domain="probability", dtypes=RANDOM_FLOATS, check=check_bernoulli(None))
+add("native_dropout", u(aten.native_dropout.default, 0.25, True), dtypes=RANDOM_FLOATS, check=check_dropout(0.25))
+add("uniform", u(aten.uniform.default, -2.0, 3.0), dtypes=RANDOM_FLOATS, check=check_uniform(-2, 3))
+add("normal_functional", u(aten.normal_functional.default, 1.0, 2.0), dtypes=RANDOM_FLOATS, check=check_normal(1, 2))
+add("normal.Tensor_float", u(aten.normal.Tensor_float, 0.5), dtypes=(F32,), check=check_normal(0, 0.5))
+
+
 # ---- inputs --------------------------------------------------------------------------------------
 SHAPES = {
     "elementwise": [((4, 9), "t"), ((7,), ""), ((1, 5), ""), ((2, 3, 4), "")],
@@ -270,6 +344,8 @@ def make(shape, dtype, domain: str, layout: str = "", gen: torch.Generator | Non
         x = torch.tanh(x) * 0.9
     elif domain == "unit01":
         x = torch.sigmoid(x) * 0.9 + 0.05
+    elif domain == "probability":  # certain outcomes (0, 1) among uncertain ones
+        x = torch.where(x.abs() > 1.5, (x > 0).to(x.dtype), torch.sigmoid(x))
     elif domain == "near1":
         x = 1 + 0.1 * x
     elif domain == "nonzero2" and second:
