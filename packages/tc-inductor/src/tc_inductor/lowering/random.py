@@ -135,7 +135,8 @@ register(aten.bernoulli.p)(lambda ctx, x, p=0.5, *, generator=None: _bernoulli(c
 def _native_dropout(ctx, x, p, train):
     """As ATen: ``mask = bernoulli(1 - p)`` (bool), ``out = x * mask * scale`` with ``scale =
     1 / (1 - p)`` (0 when p == 1); ``train=False`` gives ``(x, ones)``."""
-    (shape, dtype, device), mask_dtype = (ctx.spec[0].shape, ctx.spec[0].dtype, ctx.spec[0].device), ctx.spec[1].dtype
+    out_spec_, mask_spec = ctx.spec
+    shape, dtype, device, mask_dtype = out_spec_.shape, out_spec_.dtype, out_spec_.device, mask_spec.dtype
     if train is False:
         return (Pointwise(shape, dtype, device, lambda index: x.load(index)),
                 Pointwise(shape, mask_dtype, device, lambda index: kir.const(True, mask_dtype)))
