@@ -115,13 +115,15 @@ def _generate(lowered: LoweredGraph, sched: Schedule, opts: Options, graph: tc_i
         kernel = build_kernel(step, sched.stored, dtypes, opts)
         backend = choose_backend(step.device, opts)
         source = backend.generate(kernel, "kernel", opts, step.device)
-        if source not in by_source:
+        meta = backend.metadata(kernel, opts, step.device)
+        # one kernel per source and launch config: the same source may run with other block sizes
+        key = source + repr(meta)
+        if key not in by_source:
             name = f"k{len(by_source)}"
-            by_source[source] = name
-            kernels.append({"name": name, "backend": backend.name, "source": source,
-                            "meta": backend.metadata(kernel, opts, step.device)})
+            by_source[key] = name
+            kernels.append({"name": name, "backend": backend.name, "source": source, "meta": meta})
             backend.start(kernels[-1], opts)  # compile in the background while we go on
-        name = by_source[source]
+        name = by_source[key]
         args = [n for n, _ in kernel.inputs] + [n for n, _ in kernel.outputs]
         calls[step] = KernelCall(name, args, list(kernel.sizes), backend.launch(name, kernel, args, opts, step.device))
         stats["kernels"] += 1

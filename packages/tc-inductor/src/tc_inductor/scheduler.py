@@ -222,6 +222,7 @@ def build_kernel(group: Group, stored: set, dtypes: dict, options: dict) -> kir.
     levels: dict[str, int] = {}
     emulate = options.get("emulate_precision_casts", False)
     stmts: list[tuple[int, Any]] = []
+    reductions = 0
     for m in group.members:
         raw = node_value(m, x, r)
         value, need = _substitute(raw, values, levels)
@@ -231,7 +232,8 @@ def build_kernel(group: Group, stored: set, dtypes: dict, options: dict) -> kir.
             level = max(need, 1) + (1 - max(need, 1) % 2)  # after a loop: an odd level
         index = m.store_index(member_index(m, x, r)[0])
         if m.is_reduction:
-            name = f"red_{m.name}"
+            # named by position, not by buffer: the same reduction in every layer is one kernel
+            name, reductions = f"red{reductions}", reductions + 1
             acc_dtype = kir.compute_dtype(m.dtype)
             stmts.append((level, kir.Reduce(name, m.reduction_type, value, acc_dtype)))
             result = UOp(Ops.REDUCED, acc_dtype, (), name)

@@ -265,7 +265,7 @@ class TritonKernelWriter:
             v = f"{v}.to({TL[s.dtype]})"
         masked = f", {mask}" if mask else ""
         lines.append(f"tl.store({self.params[s.buffer]} + ({self.index(s.index, [])}), "
-                     f"tl.broadcast_to({v}, {shape}){masked})")
+                     f"{_broadcast(v, s.value, s.dtype, shape)}{masked})")
 
     def signature(self) -> list[str]:
         k = self.kernel
@@ -356,7 +356,7 @@ class TritonKernelWriter:
     def accumulate(self, s: kir.Reduce, v: str) -> list[str]:
         acc, rt = f"acc_{s.name}", s.reduction_type
         mask = _and(self.xmask, self.rmask)
-        val = f"tl.broadcast_to({v}, [XBLOCK, RBLOCK])"
+        val = _broadcast(v, s.value, s.value.dtype, "[XBLOCK, RBLOCK]")
         val = f"tl.where({mask}, {val}, {self._init(s)})" if mask else val
         if rt in ("argmax", "argmin"):
             cmp = ">" if rt == "argmax" else "<"
@@ -578,6 +578,16 @@ class TritonBackend:
             f"triton.cdiv({xnumel}, {config['XBLOCK']})"  # computed here when sizes are known
         consts = ", ".join(f"{k}={v}" for k, v in config.items())
         return f"{name}({grid}, {', '.join(call_args)})  # TritonLauncher: grid, args; {consts},"
+
+
+def _broadcast(v: str, value: UOp, dtype: torch.dtype, shape: str) -> str:
+    """``v`` as a block of ``shape``. ``tl.broadcast_to`` cannot add dimensions, and a value made of
+    constants alone is a one-element block of rank 1, so that one is combined with a full block."""
+    if any(u.op in (Ops.LOAD, Ops.INDEX, Ops.REDUCED) for u in value.toposort()):
+        return f"tl.broadcast_to({v}, {shape})"
+    if dtype == torch.bool:
+        return f"(tl.full({shape}, 0, tl.int1) | {v})"
+    return f"(tl.zeros({shape}, {TL[dtype]}) + {v})"
 
 
 def descriptive_name(kernel: kir.Kernel) -> str:
