@@ -123,6 +123,20 @@ def test_a_changed_model_misses():
     assert store.hits == 0 and store.puts == 2
 
 
+def test_the_graph_name_is_not_in_the_key():
+    # capture numbers graphs per process: a warm process may call the same graph forward_3
+    torch.manual_seed(0)
+    store = DictStore()
+    module = Block().train()
+    x = torch.randn(4, 8, requires_grad=True)
+    state, _ = module_inputs(module)
+    for name in ("forward_0", "forward_3"):
+        graph = trace_module(copy.deepcopy(module), [x])
+        graph.name = name
+        tc_autograd.aot(graph, [x, *state], cache=store)
+    assert store.hits == 1 and store.puts == 1
+
+
 def test_grad_pattern_and_decompositions_are_in_the_key():
     torch.manual_seed(0)
     store = DictStore()

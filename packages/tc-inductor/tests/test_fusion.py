@@ -113,6 +113,21 @@ def test_graph_cache_skips_lowering(tmp_path, monkeypatch):
     torch.testing.assert_close(k(x), torch.tanh(x + x))
 
 
+def test_graph_cache_ignores_the_graph_name(tmp_path, monkeypatch):
+    # capture numbers its graphs per process: the same graph compiled later is forward_3, not forward_0
+    monkeypatch.setenv("TC_CACHE_DIR", str(tmp_path))
+    x = torch.randn(9, 3)
+    first = build(lambda g, x: g.call(aten.sin.default, g.call(aten.mul.Tensor, x, x)), [x])
+    tc_inductor.compile(first, [x])
+    again = tc_ir.parse(first.format().replace(f"graph {first.name}:", "graph forward_3:"))
+    assert again.name == "forward_3"
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("tc_inductor.compile"), "GraphLowering", None)
+    k = tc_inductor.compile(again, [x])
+    torch.testing.assert_close(k(x), torch.sin(x * x))
+
+
 def test_artifact_store_is_used(tmp_path):
     class Store:
         def __init__(self):

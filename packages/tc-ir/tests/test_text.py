@@ -59,6 +59,16 @@ def test_text_reads_well():
     )
 
 
+def test_format_can_write_another_name():
+    g = Graph(name="forward_7")
+    x = g.input("x", TensorSpec((4,), torch.float32))
+    g.output(g.call(aten.neg.default, x))
+    renamed = g.format(name="graph")
+    assert "graph graph:" in renamed and "forward_7" not in renamed
+    assert renamed.replace("graph graph:", "graph forward_7:") == g.format()
+    assert g.name == "forward_7"
+
+
 def test_symbolic_sizes_roundtrip():
     s0, s1 = sym("s0"), sym("s1")
     g = Graph()

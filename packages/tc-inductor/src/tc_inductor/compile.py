@@ -252,7 +252,7 @@ def _layout(t: Any, shape: tuple, stride: tuple) -> Any:
 
 def _cache_key(graph: tc_ir.Graph, example_inputs: list, opts: Options) -> str | None:
     try:
-        text = graph.format(data=True)
+        text = graph.format(data=True, name="graph")
     except Exception:
         return None
     specs = [str(tc_ir.spec_of(x)) + (str(x.stride()) if isinstance(x, torch.Tensor) else repr(x))

@@ -155,11 +155,14 @@ class Graph:
 
         verify(self)
 
-    def format(self, data: bool = True, header: str | None = None) -> str:
-        """The text form; ``data=False`` leaves out the bytes of held tensors (for logs)."""
+    def format(self, data: bool = True, header: str | None = None, name: str | None = None) -> str:
+        """The text form; ``data=False`` leaves out the bytes of held tensors (for logs).
+
+        ``name`` replaces the graph's own name in the text: cache keys pass a fixed one, so the
+        same graph has the same key whatever number its name got in this process."""
         from .text import format_graph
 
-        return format_graph(self, data=data, header=header)
+        return format_graph(self, data=data, header=header, name=name)
 
     def __str__(self) -> str:
         return self.format()

@@ -45,10 +45,10 @@ class ParseError(ValueError):
 
 
 # ---- printing ---------------------------------------------------------------------------------
-def format_graph(graph: Graph, data: bool = True, header: str | None = None) -> str:
+def format_graph(graph: Graph, data: bool = True, header: str | None = None, name: str | None = None) -> str:
     lines = [_HEADER] + ([f"# {line}" for line in header.splitlines()] if header else [])
     for g in [graph, *graph.subgraphs()]:
-        lines += _format_block(g)
+        lines += _format_block(g, name if g is graph and name is not None else g.name)
     held = {key: value for g in [graph, *graph.subgraphs()] for key, value in g.tensors.items()}
     if held:
         lines.append("")
@@ -56,8 +56,8 @@ def format_graph(graph: Graph, data: bool = True, header: str | None = None) -> 
     return "\n".join(lines) + "\n"
 
 
-def _format_block(graph: Graph) -> list[str]:
-    lines = [f"graph {graph.name}:"]
+def _format_block(graph: Graph, name: str) -> list[str]:
+    lines = [f"graph {name}:"]
     for node in graph.nodes:
         lines.append(f"  %{node.name}: {format_spec(node.spec)} = {_format_rhs(node)}")
     lines.append(f"  return {format_value(graph.outputs)}")
