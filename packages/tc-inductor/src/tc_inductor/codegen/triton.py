@@ -39,6 +39,7 @@ TL = {
     torch.int8: "tl.int8", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
 }
 PERSISTENT_MAX = 1024  # longest row a persistent reduction holds in one tile (interpreter)
+COLUMN_RBLOCK = 64  # rows a step of a column reduction (is_columnar)
 PERSISTENT_MAX_GPU = 8192  # on a GPU: a 4096-wide fp32 row is 16 values a thread at 8 warps
 INT32_LIMIT = 2**31 - 2**20  # index math in int32 when every offset stays below this
 
@@ -420,7 +421,35 @@ def _divides(sizes: tuple, config: dict | None, block: str) -> bool:
 def is_persistent(kernel: kir.Kernel, interpret: bool) -> bool:
     rnumel = _static_numel(kernel.rranges)
     limit = PERSISTENT_MAX if interpret else PERSISTENT_MAX_GPU
+    if is_columnar(kernel):
+        limit = COLUMN_RBLOCK
     return kernel.is_reduction and rnumel is not None and rnumel <= limit
+
+
+def is_columnar(kernel: kir.Kernel) -> bool:
+    """A reduction over rows whose data is contiguous along the kept dimension: the bias gradient
+    ``grad.sum(0)`` of a [tokens, features] matrix. A program must then read a run of columns
+    across a few rows at a time, not one column down all the rows: a column of bf16 values 6 KB
+    apart costs one memory transaction per element."""
+    if not kernel.is_reduction or not kernel.xranges:
+        return False
+    inner = kir.xvars(len(kernel.xranges))[-1]
+    rs = kir.rvars(len(kernel.rranges))
+    votes = 0
+    for stage in kernel.stages:
+        for s in stage.inner + stage.outer:
+            for u in s.value.toposort():
+                if u.op is not Ops.LOAD:
+                    continue
+                index = sympy.expand(sympy.sympify(u.arg[1]))
+                r_strides = [index.coeff(r) for r in rs if index.has(r)]
+                if not r_strides:
+                    continue
+                if any(st == 1 for st in r_strides):
+                    votes -= 1
+                elif index.coeff(inner) == 1:
+                    votes += 1
+    return votes > 0
 
 
 def fits_int32(kernel: kir.Kernel) -> bool:
@@ -485,6 +514,10 @@ def heuristic_config(kernel: kir.Kernel, interpret: bool) -> dict:
         block = min(next_pow2(xnumel), 4096 if interpret else 128 * 32 // width)
         return {"XBLOCK": max(block, 16), "num_warps": 4 if block >= 512 else 2}
     rnumel = _static_numel(kernel.rranges) or (1 << 20)
+    if is_columnar(kernel) and not is_persistent(kernel, interpret):
+        # 32 or 64 adjacent columns a program (64-128 bytes of bf16 a row), 64 rows a step
+        xblock = min(next_pow2(xnumel), 64 if xnumel >= 64 * 128 else 32)
+        return {"XBLOCK": xblock, "RBLOCK": COLUMN_RBLOCK, "num_warps": 4}
     if is_persistent(kernel, interpret):
         rblock = max(next_pow2(rnumel), 2)
         budget = (1 << 15) if interpret else 4096
