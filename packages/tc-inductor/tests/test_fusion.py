@@ -271,3 +271,16 @@ def test_mm_plus_bias_is_left_alone_when_addmm_differs(case):
     assert folded == (case == "bias_2d_rows")  # an [M, 1] bias broadcasts in addmm too
     k = tc_inductor.compile(g, [x, w, b], {"cache": False})
     assert_same(k(x, w, b), tc_ir.interpret(g, [x, w, b]))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_reductions_fuse_horizontally_only_when_they_share_a_read(backend):
+    # two layers' bias gradients (independent inputs) stay apart; two reductions of one input fuse
+    def grads(g, a, b):
+        return (g.call(aten.sum.dim_IntList, g.call(aten.relu.default, a), [0]),
+                g.call(aten.sum.dim_IntList, g.call(aten.tanh.default, b), [0]),
+                g.call(aten.amax.default, a, [0]))
+
+    inputs = [torch.randn(64, 48), torch.randn(64, 48)]
+    k = check(grads, inputs, {"backend": backend}, fresh=[torch.randn(64, 48), torch.randn(64, 48)])
+    assert k.stats["kernels"] == 2

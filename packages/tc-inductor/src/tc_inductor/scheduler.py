@@ -106,7 +106,7 @@ def schedule(lowered: LoweredGraph, options: dict) -> Schedule:
             reads[step.name] = step_reads
             continue
         reads[step.name] = step_reads
-        group = _choose_group(dag, step, producers, order, decisions) if fuse else None
+        group = _choose_group(dag, step, producers, order, decisions, reads) if fuse else None
         if group is None:
             group = Group(len(order), [], squeeze(step.shape) if not step.is_reduction else squeeze(step.shape),
                           squeeze(step.rranges) if step.is_reduction else (), step.device)
@@ -140,7 +140,8 @@ def _add_extern(dag: nx.DiGraph, step: ExternCall, producers: set, order: list, 
         writer[name] = step
 
 
-def _choose_group(dag: nx.DiGraph, buf: ComputedBuffer, producers: set, order: list, decisions: list) -> Group | None:
+def _choose_group(dag: nx.DiGraph, buf: ComputedBuffer, producers: set, order: list, decisions: list,
+                  reads: dict) -> Group | None:
     barrier = [p for p in order if getattr(p, "barrier_after", False)]
     if barrier:
         producers = producers | {barrier[-1]}
@@ -150,7 +151,7 @@ def _choose_group(dag: nx.DiGraph, buf: ComputedBuffer, producers: set, order: l
         key = group.key_of(buf)
         if key is None:
             continue
-        why = _illegal(dag, group, buf, producers, key)
+        why = _illegal(dag, group, buf, producers, key) or _unprofitable(group, buf, producers, reads)
         if why:
             decisions.append(f"not fusing {buf.name} into kernel {group.id}: {why}")
             continue
@@ -177,6 +178,18 @@ def _illegal(dag: nx.DiGraph, group: Group, buf: ComputedBuffer, producers: set,
             if m.store_index(member_index(m, x, r)[0]) != u.arg[1] or u.src:
                 return f"reads {m.name} at another element than the one this iteration computes"
     return None
+
+
+def _unprofitable(group: Group, buf: ComputedBuffer, producers: set, reads: dict) -> str | None:
+    """Horizontal fusion of reductions pays only when they read a buffer in common. Otherwise the
+    kernel saves a launch but waits for its last member's inputs, and in a backward pass it
+    gathers every layer's weight-gradient reductions into one long kernel at the end."""
+    if group in producers or not (buf.is_reduction or group.r):
+        return None
+    mine = set(reads[buf.name])
+    if not mine or any(mine & set(reads[m.name]) for m in group.members):  # (a fill waits for nothing)
+        return None
+    return "independent reductions that read no buffer in common"
 
 
 def _is_outer(m: ComputedBuffer, x: tuple, r: tuple) -> bool:
