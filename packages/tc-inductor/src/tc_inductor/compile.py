@@ -132,7 +132,7 @@ def _generate(lowered: LoweredGraph, sched: Schedule, opts: Options, graph: tc_i
         stats["bytes_written"] += sum(_nbytes(lowered, n) for n, _ in kernel.outputs)
         tc_ir.logs.dump("kernel", name, kir.format_kernel(kernel, name) + "\n\n" + source)
     extern_names = {s.name: f"ext_{s.name}" for s in sched.steps if isinstance(s, ExternCall)}
-    targets = {extern_names[s.name]: s.target for s in sched.steps if isinstance(s, ExternCall)}
+    targets = {extern_names[s.name]: s.out_variant or s.target for s in sched.steps if isinstance(s, ExternCall)}
     start = time.perf_counter()
     source = generate(lowered, sched, calls, extern_names)
     timer.times["wrapper"] = time.perf_counter() - start  # reported apart from kernel codegen

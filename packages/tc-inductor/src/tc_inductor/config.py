@@ -24,6 +24,10 @@ class Options:
     mm_template: Triton matmul templates with fused epilogues for mm/addmm/bmm: "auto" (under
       max_autotune on CUDA, benchmarked against the extern call), "never", or, for tests,
       "always" (heuristic config, any device) and "autotune" (benchmark on any device).
+    pad_mm_operands: padded row strides (16-byte aligned rows) for matmul operands and results
+      tc allocates, and a padded copy of graph inputs a matmul reads (padding.py): "auto" (CUDA,
+      rows >= 64 elements, tensors >= 1 MiB), "never", or, for tests, "always" (any device
+      and size).
     """
 
     backend: str = "auto"
@@ -33,6 +37,7 @@ class Options:
     cache: bool = True
     artifact_store: Any = None
     mm_template: str = attrs.field(default="auto", validator=attrs.validators.in_(("auto", "never", "always", "autotune")))
+    pad_mm_operands: str = attrs.field(default="auto", validator=attrs.validators.in_(("auto", "never", "always")))
 
     @classmethod
     def from_dict(cls, options: dict | None) -> Options:

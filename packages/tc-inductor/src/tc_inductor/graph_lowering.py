@@ -20,7 +20,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 import tc_ir
 from tc_ir import Node, TensorSpec
 
-from . import kir
+from . import kir, padding
 from .cond import lower_cond
 from .decompositions import EXTERN_PREFERRED, corrected_spec, trace_decomposition
 from .ir import BufferValue, ComputedBuffer, ExternCall, InputBuffer, Pointwise, TensorValue, Unsupported, contiguous_stride
@@ -68,6 +68,8 @@ class GraphLowering:
         self._depth = 0
         self._stored_bases: dict = {}  # Pointwise -> BufferValue: view bases stored for externs
         self.seeds: dict[str, tuple] = {}  # seed buffer name -> (device, slots used)
+        self._pad_mode = padding.mode(options)
+        self._pad = padding.candidates(graph, self._pad_mode)  # nodes that may be stored padded
 
     # ---- the context lowerings use ----------------------------------------------------------
     def new_name(self, prefix: str = "buf") -> str:
@@ -90,11 +92,12 @@ class GraphLowering:
         in the base's own (eager) layout, and passed as a strided window, as eager passes views:
         ``mm(x, t(w.to(bf16)))`` gets a transposed view of a row-major cast weight, whose rows
         are 16-byte aligned for the vendor GEMM, not a transposed copy with odd leading dims."""
-        if isinstance(value, Pointwise) and value.view_of is not None:
-            base, redo = value.view_of
+        if isinstance(value, Pointwise):
+            # a value read by several externs (two matmuls reading one gradient) is stored once
+            base, redo = value.view_of or (value, None)
             if base not in self._stored_bases:
                 self._stored_bases[base] = self.realize(base)
-            window = redo(self._stored_bases[base])
+            window = self._stored_bases[base] if redo is None else redo(self._stored_bases[base])
             if isinstance(window, BufferValue):
                 return window
         return self.realize(value)
@@ -172,6 +175,11 @@ class GraphLowering:
             if isinstance(value, Pointwise) and isinstance(leaf, TensorSpec) and _dense(leaf) \
                     and tuple(leaf.shape) == tuple(value.shape):
                 value.preferred_stride = leaf.stride  # realized as eager would lay it out
+        if node in self._pad and isinstance(result, Pointwise) and isinstance(node.spec, TensorSpec):
+            stride = getattr(result, "preferred_stride", None) or contiguous_stride(result.shape)
+            padded = padding.padded_stride(result.shape, tuple(stride), result.dtype, result.device, self._pad_mode)
+            if padded is not None:  # a matmul reads it: rows aligned for the vendor GEMM
+                result.preferred_stride = padded
         return self._maybe_realize(node, result)
 
     def _input(self, node: Node) -> Any:
@@ -179,9 +187,19 @@ class GraphLowering:
         example = self.example_inputs[index] if index < len(self.example_inputs) else None
         spec = TensorSpec.from_tensor(example) if isinstance(example, torch.Tensor) else node.spec
         self.inputs.append(InputBuffer(node.name, spec, index))
-        if isinstance(example, torch.Tensor):
-            return BufferValue(node.name, example.shape, example.stride(), example.dtype, example.device)
-        return RuntimeValue(node.name)
+        if not isinstance(example, torch.Tensor):
+            return RuntimeValue(node.name)
+        value = BufferValue(node.name, example.shape, example.stride(), example.dtype, example.device)
+        padded = padding.padded_stride(tuple(example.shape), tuple(example.stride()), example.dtype, example.device,
+                                       self._pad_mode) if node in self._pad else None
+        if padded is None:
+            return value
+        # A matmul reads this input, whose rows are not 16-byte aligned: the first extern call
+        # that reads it stores one padded copy (realize_for_extern), which later ones share;
+        # kernels keep reading the input itself.
+        copy = Pointwise(value.shape, value.dtype, value.device, value.load)
+        copy.preferred_stride = padded
+        return copy
 
     def lower_call(self, node: Node, target: Any, spec: Any, args: tuple, kwargs: dict) -> Any:
         if target is tc_ir.ops.cond:
@@ -275,7 +293,13 @@ class GraphLowering:
             (args, kwargs), lambda v: self.realize_for_extern(v) if isinstance(v, Pointwise) else v)
         name = self.new_name("extern")
         outputs = _extern_outputs(name, spec)
-        self.steps.append(ExternCall(name, target, args, kwargs, outputs, mutates, reason))
+        out_variant = None
+        if target in padding.MATMUL_OUT and node in self._pad and isinstance(outputs, BufferValue):
+            padded = padding.padded_stride(outputs.shape, outputs.stride, outputs.dtype, outputs.device, self._pad_mode)
+            if padded is not None:  # the GEMM writes an aligned C, through the out= overload
+                outputs = outputs.restrided(outputs.shape, padded, 0)
+                out_variant = padding.MATMUL_OUT[target]
+        self.steps.append(ExternCall(name, target, args, kwargs, outputs, mutates, reason, out_variant))
         self.extern_reasons[tc_ir.target_name(target) if _nameable(target) else str(target)] = reason
         log.debug("extern %s: %s", target, reason)
         return outputs if outputs is not None else RuntimeValue(name)

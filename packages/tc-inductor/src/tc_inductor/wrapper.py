@@ -80,6 +80,8 @@ def generate(lowered: LoweredGraph, sched: Schedule, calls: dict, extern_names: 
     body += _draw_seeds(lowered)
     last_use = _last_uses(sched)
     keep = set(lowered.output_buffers) | _passed_to_externs(sched)
+    allocated = (lowered.own & sched.stored) | {s.outputs.name for s in sched.steps
+                                                if isinstance(s, ExternCall) and s.out_variant is not None}
     free: dict[tuple, list[str]] = {}
     for position, step in enumerate(sched.steps):
         if isinstance(step, Group):
@@ -87,10 +89,13 @@ def generate(lowered: LoweredGraph, sched: Schedule, calls: dict, extern_names: 
                 if m.name in sched.stored:
                     body.append(_allocate(m, free))
             body.append(calls[step].launch)
+        elif step.out_variant is not None:
+            body.append(_allocate(step.outputs, free))
+            body += _extern(step, layouts, extern_names)
         else:
             body += _extern(step, layouts, extern_names)
         for name in sorted(n for n, p in last_use.items() if p == position):
-            if name in keep or name not in layouts or name not in lowered.own or name not in sched.stored:
+            if name in keep or name not in layouts or name not in allocated:
                 continue
             shape, stride, dtype, device = layouts[name]
             free.setdefault((tuple(shape), tuple(stride), dtype, str(device)), []).append(name)
@@ -107,12 +112,31 @@ def _draw_seeds(lowered: LoweredGraph) -> list[str]:
             for name, (device, slots) in sorted(lowered.seeds.items())]
 
 
-def _allocate(buf: ComputedBuffer, free: dict) -> str:
+def _allocate(buf: ComputedBuffer | BufferValue, free: dict) -> str:
     key = (tuple(buf.shape), tuple(buf.stride), buf.dtype, str(buf.device))
     if free.get(key):
         return f"{buf.name} = {free[key].pop()}  # reuse"
+    if torch.device(buf.device).type == "cpu" and not _dense(buf.shape, buf.stride):
+        # padded rows (padding.py): torch's CPU bf16 GEMM reads one element past an odd K (it
+        # packs K in pairs), so the padding must hold zeros, not garbage that may be NaN
+        return f"{buf.name} = zeros_padded({_tup(buf.shape)}, {_tup(buf.stride)}, {buf.dtype})"
     return (f"{buf.name} = empty_strided({_tup(buf.shape)}, {_tup(buf.stride)}, dtype={buf.dtype}, "
             f"device={device_name(buf.device)})")
+
+
+def _dense(shape: tuple, stride: tuple) -> bool:
+    expected = 1
+    for st, n in sorted((st, n) for st, n in zip(stride, shape) if n != 1):
+        if st != expected:
+            return False
+        expected *= n
+    return True
+
+
+def zeros_padded(shape: tuple, stride: tuple, dtype: torch.dtype) -> torch.Tensor:
+    """A CPU tensor of ``shape`` and ``stride`` whose whole storage, gaps included, is zero."""
+    size = 1 + sum((n - 1) * st for n, st in zip(shape, stride)) if all(shape) else 0
+    return torch.zeros(size, dtype=dtype).as_strided(shape, stride)
 
 
 def device_name(device: Any) -> str:
@@ -129,7 +153,7 @@ def wrapper_devices(lowered: LoweredGraph) -> list[str]:
 def wrapper_globals(devices: list[str]) -> dict:
     """Names the generated source reads besides kernels, extern targets and constants: bound
     once, when the wrapper is loaded."""
-    env: dict[str, Any] = {"empty_strided": torch.empty_strided, "randint": torch.randint}
+    env: dict[str, Any] = {"empty_strided": torch.empty_strided, "randint": torch.randint, "zeros_padded": zeros_padded}
     env.update({device_name(d): torch.device(d) for d in devices})
     return env
 
@@ -137,6 +161,9 @@ def wrapper_globals(devices: list[str]) -> dict:
 def _extern(step: ExternCall, layouts: dict, extern_names: dict) -> list[str]:
     args = ", ".join(render_value(a, layouts) for a in step.args)
     kwargs = ", ".join(f"{k}={render_value(v, layouts)}" for k, v in step.kwargs.items())
+    if step.out_variant is not None:  # into the buffer allocated just before, in its layout
+        out = f"out={step.outputs.name}"
+        return [f"{extern_names[step.name]}({', '.join(p for p in (args, kwargs, out) if p)})  # {step.reason}"]
     call = f"{extern_names[step.name]}({', '.join(p for p in (args, kwargs) if p)})"
     lines = [f"{step.name} = {call}  # {step.reason}"]
     if isinstance(step.outputs, BufferValue):
