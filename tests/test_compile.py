@@ -184,3 +184,29 @@ def test_triton_kernels_under_the_interpreter(make):
     compiled(*x).pow(2).mean().backward()
     for p, q in zip(model.parameters(), twin.parameters()):
         close(q.grad, p.grad, tol=1e-3)
+
+
+def test_a_post_norm_residual_stack_reads_each_layer_once(monkeypatch):
+    # BERT's shape: LayerNorm(x + Linear(x)); the norm's output feeds the next Linear and the
+    # next residual add. Bytes read by generated kernels must grow linearly with depth.
+    import tc_inductor
+
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.norm = torch.nn.Linear(32, 32), torch.nn.LayerNorm(32)
+
+        def forward(self, x):
+            return self.norm(x + self.lin(x))
+
+    compiled = []
+    real = tc_inductor.compile
+    monkeypatch.setattr(tc.backends.tc_inductor, "compile", lambda *a, **k: compiled.append(real(*a, **k)) or compiled[-1])
+    read = {}
+    x = torch.randn(4, 8, 32)
+    for depth in (3, 6):
+        model = torch.nn.Sequential(*[Layer() for _ in range(depth)]).eval()
+        with torch.no_grad():
+            torch.testing.assert_close(tc.compile(model)(x), model(x))
+        read[depth] = compiled[-1].stats["bytes_read"]
+    assert read[6] <= 2.2 * read[3], read

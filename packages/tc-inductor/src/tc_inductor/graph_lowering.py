@@ -102,6 +102,19 @@ class GraphLowering:
                 return window
         return self.realize(value)
 
+    def _stored_or_lazy(self, value: Any) -> Any:
+        """A lazy value an extern call made us store is read from that buffer from then on, not
+        recomputed: a transformer's normalised residual stream feeds the next layer's matmuls and
+        its residual add, and recomputing it there chained every layer back to the embeddings."""
+        if not isinstance(value, Pointwise):
+            return value
+        base, redo = value.view_of or (value, None)
+        stored = self._stored_bases.get(base)
+        if stored is None:
+            return value
+        window = stored if redo is None else redo(stored)
+        return window if isinstance(window, BufferValue) else value
+
     def reduction(self, shape, dtype, device, body, rranges, reduction_type, reduced_dims=()) -> BufferValue:
         buf = ComputedBuffer(self.new_name(), tuple(shape), contiguous_stride(shape), dtype, device, body,
                              tuple(rranges), reduction_type, tuple(reduced_dims))
@@ -164,7 +177,8 @@ class GraphLowering:
                 self.constant_keys[name] = node.target
                 return BufferValue(name, value.shape, value.stride(), value.dtype, value.device)
             return value
-        args, kwargs = tc_ir.map_structure((node.args, node.kwargs), lambda v: env[v] if isinstance(v, Node) else v)
+        args, kwargs = tc_ir.map_structure((node.args, node.kwargs),
+                                           lambda v: self._stored_or_lazy(env[v]) if isinstance(v, Node) else v)
         if node.target is operator.getitem:
             if isinstance(args[0], RuntimeValue):
                 return self.extern(node, args, kwargs, "item of an opaque value")
