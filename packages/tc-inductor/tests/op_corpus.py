@@ -279,7 +279,7 @@ def check_bernoulli(p: float | None) -> Callable:
     def check(inputs, got, want):
         _like_eager(got, want)
         assert ((got == 0) | (got == 1)).all()
-        probs = inputs[0].double() if p is None else torch.full(got.shape, p, dtype=torch.float64)
+        probs = inputs[0].double() if p is None else torch.full(got.shape, p, dtype=torch.float64, device=got.device)
         assert (got[probs == 0] == 0).all() and (got[probs == 1] == 1).all()
         _mean_near(got.double() - probs, 0.0, 0.5)
     return check
