@@ -210,3 +210,16 @@ def test_a_post_norm_residual_stack_reads_each_layer_once(monkeypatch):
             torch.testing.assert_close(tc.compile(model)(x), model(x))
         read[depth] = compiled[-1].stats["bytes_read"]
     assert read[6] <= 2.2 * read[3], read
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_in_place_bernoulli_with_its_default_probability(backend):
+    # bernoulli_(x) means p=0.5; its functional overload bernoulli.p has no default for p
+    def fn(x):
+        mask = torch.empty_like(x).bernoulli_()
+        return x * mask
+
+    x = torch.ones(256, 256)
+    out = tc.compile(fn, backend=backend)(x)
+    assert ((out == 0) | (out == 1)).all()
+    assert abs(out.mean().item() - 0.5) < 0.02

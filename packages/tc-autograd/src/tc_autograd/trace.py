@@ -168,6 +168,7 @@ def _record_inplace(rec: Recorder, func: Any, args: tuple, kwargs: dict, out: An
         raise NotImplementedError(f"tc_autograd: {func} writes to arguments other than self")
     functional = functional_variant(func)
     target = args[0]
+    args, kwargs = _defaults_it_lacks(func, functional, args, kwargs)
     node = rec.record(functional, args, kwargs, target)
     node.spec = tc_ir.infer_spec(functional, node.args, node.kwargs) or node.spec
     if node.spec.dtype != target.dtype:  # in-place ops keep self's dtype; out-of-place ones promote
@@ -175,6 +176,21 @@ def _record_inplace(rec: Recorder, func: Any, args: tuple, kwargs: dict, out: An
     rec.table.write(target, node)
     if out is not target and isinstance(out, torch.Tensor) and out not in rec.table:
         rec.table.fresh(out, node)
+
+
+def _defaults_it_lacks(inplace: Any, functional: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The in-place call's arguments, plus the in-place schema's defaults that the functional
+    overload has no default for: ``bernoulli_(x)`` means p=0.5, but ``bernoulli.p`` needs its p."""
+    lacking = {a.name for a in functional._schema.arguments if not a.has_default_value()}
+    args, kwargs = list(args), dict(kwargs)
+    for i, a in enumerate(inplace._schema.arguments):
+        if i < len(args) or a.name in kwargs or not a.has_default_value() or a.name not in lacking:
+            continue
+        if i == len(args) and not a.kwarg_only:
+            args.append(a.default_value)
+        else:
+            kwargs[a.name] = a.default_value
+    return tuple(args), kwargs
 
 
 def _record_view(rec: Recorder, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
