@@ -131,6 +131,9 @@ class Timer:
 def _wrap(variant: str, model: torch.nn.Module) -> Callable:
     mode = "reduce-overhead" if variant.endswith("-ro") else None
     if variant.startswith("torch.compile"):
+        # Dynamo's caches are per code object: without a reset, later cells of one model class
+        # recompile past its limit and silently run eagerly (a 0.05 s "compile" in an old run).
+        torch._dynamo.reset()
         return torch.compile(model, mode=mode)
     if variant.startswith("tc"):
         return tc.compile(model, mode=mode)
