@@ -221,6 +221,52 @@ def test_random_value_read_by_two_kernels_agrees():
         torch.testing.assert_close(sums, (x * mask).sum(1))
 
 
+# ---- one kernel source for every layer ----------------------------------------------------------------
+
+def dropout_layers(n: int, p: float, with_masks: bool):
+    """``n`` layers of ``x = dropout(relu(x @ w))`` (the matmul an extern call, so a kernel
+    boundary): every layer's kernel differs from the others only in its random op's seed slot."""
+    def fn(g, x, w):
+        masks = []
+        for _ in range(n):
+            node = g.call(aten.native_dropout.default, g.call(aten.relu.default, g.call(aten.mm.default, x, w)), p, True)
+            x = g.call(operator.getitem, node, 0, spec=node.spec[0])
+            masks.append(g.call(operator.getitem, node, 1, spec=node.spec[1]))
+        return (x, *masks) if with_masks else x
+    return fn
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_layers_differing_only_in_seed_slots_share_one_kernel_source(backend):
+    x, w = torch.randn(8, 48), torch.randn(48, 48) / 4
+    k = compile_graph(dropout_layers(4, 0.5, with_masks=False), [x, w], backend)
+    assert k.stats["kernels"] == 4 and len(k.kernels) == 1, "the seed slot leaked into the kernel source"
+    if backend == "triton":  # one compiled kernel for every slot (Triton would compile slot 1 in)
+        assert "do_not_specialize=['seed0']" in k.kernels[0]
+    torch.manual_seed(5)
+    y1 = k(x, w)
+    assert not torch.equal(y1, k(x, w))
+    torch.manual_seed(5)
+    assert torch.equal(y1, k(x, w))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_layers_sharing_a_kernel_draw_their_own_masks(backend):
+    x, w = torch.randn(8, 48), torch.randn(48, 48) / 4
+    k = compile_graph(dropout_layers(4, 0.5, with_masks=True), [x, w], backend)
+    # three layers launch one source; the last layer's kernel also stores every layer's mask
+    assert k.stats["kernels"] == 4 and len(k.kernels) == 2
+    y, *masks = k(x, w)
+    for i, a in enumerate(masks):
+        assert _binomial_ok(int(a.sum()), a.numel(), 0.5)
+        assert all(not torch.equal(a, b) for b in masks[i + 1:]), "two layers drew the same mask"
+    # the masks recomputed for the outputs are the ones each layer's kernel applied
+    expected = x
+    for mask in masks:
+        expected = torch.relu(expected @ w) * mask * 2.0
+    torch.testing.assert_close(y, expected)
+
+
 # ---- training through tc_autograd ---------------------------------------------------------------------
 
 def test_dropout_gradient_uses_the_forward_mask():

@@ -23,6 +23,7 @@ from inductor_helpers import build
 from test_triton_warmup import kernel_of
 
 import tc_inductor
+from tc_inductor import kir
 from tc_inductor.codegen import triton as triton_backend
 from tc_inductor.codegen import triton_compile, triton_worker
 from tc_inductor.config import Options
@@ -87,6 +88,27 @@ def test_this_process_then_loads_the_workers_kernel_without_compiling(pool, cach
     assert compiled is not None and hashes == [(compiled.hash, compiled.hash)]
     assert compiled_here == [False]  # one lookup here, and it found the worker's entry
     assert [p.name for p in cache.iterdir()] == [triton_backend.triton_cache_entry(cache, compiled.hash)]
+
+
+def test_one_compiled_kernel_serves_every_seed_slot(pool, cache, tmp_path):
+    # a dropout-like kernel: the slot is a launch argument, never specialised (a slot of 1 would
+    # be compiled in as a constant, and the direct launcher reuses one compile for every slot)
+    x = kir.xvars(1)[0]
+    keep = kir.binary(kir.Ops.LT, kir.random(kir.Ops.RAND, kir.seed("seeds", 3), x), kir.const(0.5, torch.float32))
+    value = kir.binary(kir.Ops.MUL, kir.cast(kir.load("a", x, torch.bfloat16), torch.float32), kir.cast(keep, torch.float32))
+    kernel = kir.Kernel((1024,), (), (kir.Stage((kir.Store("b", x, value, torch.float32),), ()),),
+                        (("a", torch.bfloat16), ("seeds", torch.int64)), (("b", torch.float32),))
+    backend = triton_backend.TritonBackend()
+    source = backend.generate(kernel, "kernel", Options(), "cuda")
+    path = tmp_path / f"tc_test_{abs(hash(source))}.py"
+    path.write_text(source)
+    meta = backend.metadata(kernel, Options(), "cuda")
+    assert meta["warmup"]["ints"] == [1024, 0] and "+ seed0)" in source
+    pointers = ["*bf16", "*i64", "*fp32"]
+    digests = {pool.submit(triton_compile.compile_job(path, triton_backend.kernel_function_name(source), pointers,
+                                                      [1024, slot], meta["config"], TARGET)).result(timeout=120)
+               for slot in (0, 1, 16, 26)}
+    assert len(digests) == 1
 
 
 def test_a_broken_kernel_fails_its_future_with_the_error(pool, cache, tmp_path):

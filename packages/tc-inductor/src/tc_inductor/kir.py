@@ -24,6 +24,7 @@ class Ops(enum.Enum):
     SIZE = enum.auto()       # arg=scalar argument name (a runtime Python number)
     REDUCED = enum.auto()    # arg=name of an in-kernel reduction: its per-row result
     SEED = enum.auto()       # arg=(buffer, slot): one random op's int64 seed, the same for every element
+    #                          (kernels take the slot as an argument: Kernel.seeds)
     # structure
     CAST = enum.auto()       # to self.dtype
     WHERE = enum.auto()      # src=(cond, a, b)
@@ -249,6 +250,17 @@ class Kernel:
     @property
     def is_reduction(self) -> bool:
         return bool(self.rranges)
+
+    @property
+    def seeds(self) -> tuple:
+        """The ``(buffer, slot)`` of every seed the kernel reads, in first-read order. Backends
+        pass the slots as integer arguments (``seed0, seed1, ...`` by this position), never in
+        the source: the same dropout in every layer of a model is then one kernel."""
+        found: dict[tuple, None] = {}
+        for stage in self.stages:
+            for s in stage.inner + stage.outer:
+                found.update((u.arg, None) for u in s.value.toposort() if u.op is Ops.SEED)
+        return tuple(found)
 
 
 def xvars(n: int) -> tuple[sympy.Symbol, ...]:

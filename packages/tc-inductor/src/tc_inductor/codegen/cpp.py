@@ -138,6 +138,7 @@ class CppKernelWriter:
         self.kernel, self.name = kernel, name
         self.params = {n: f"in_ptr{i}" for i, (n, _) in enumerate(kernel.inputs)}
         self.params.update({n: f"out_ptr{i}" for i, (n, _) in enumerate(kernel.outputs)})
+        self.seed_args = {seed: f"seed{i}" for i, seed in enumerate(kernel.seeds)}  # slots are arguments
         self.dtypes = dict(kernel.inputs) | dict(kernel.outputs)
         self.emitter = Emitter(self.render, self.declare, self.masked)
 
@@ -164,7 +165,7 @@ class CppKernelWriter:
         if op is Ops.REDUCED:
             return u.arg
         if op is Ops.SEED:
-            return f"{self.params[u.arg[0]]}[{u.arg[1]}]"
+            return f"{self.params[u.arg[0]]}[{self.seed_args[u.arg]}]"
         if op is Ops.CAST:
             return self.cast(u, u.src[0].dtype, args[0])
         if op is Ops.WHERE:
@@ -254,6 +255,7 @@ class CppKernelWriter:
         params = [f"const {CTYPES[d]}* __restrict__ {self.params[n]}" for n, d in k.inputs]
         params += [f"{CTYPES[d]}* __restrict__ {self.params[n]}" for n, d in k.outputs]
         params += [f"int64_t {s}" for s in k.sizes]
+        params += [f"int64_t {s}" for s in self.seed_args.values()]
         body = self.reduction_body() if k.is_reduction else self.pointwise_body()
         head = f'extern "C" void {self.name}({", ".join(params)})'
         return head + " {\n" + "\n".join("    " + line for line in body) + "\n}\n"
@@ -436,7 +438,8 @@ class CppBackend:
         return PRELUDE + cpp_vecmath.declarations() + cpp_vecmath.EXPF + CppKernelWriter(kernel, name).generate()
 
     def metadata(self, kernel: kir.Kernel, options: Any, device: Any) -> dict:
-        return {"pointers": len(kernel.inputs) + len(kernel.outputs), "sizes": len(kernel.sizes)}
+        return {"pointers": len(kernel.inputs) + len(kernel.outputs), "sizes": len(kernel.sizes),
+                "seeds": len(kernel.seeds)}
 
     def start(self, record: dict, options: Any) -> None:
         build.compile_cpp_async(record["source"], options.get("artifact_store"))
@@ -448,12 +451,13 @@ class CppBackend:
         fn = lib.kernel
         fn.restype = None
         meta = record["meta"]
-        fn.argtypes = [ctypes.c_void_p] * meta["pointers"] + [ctypes.c_int64] * meta["sizes"]
+        fn.argtypes = [ctypes.c_void_p] * meta["pointers"] + [ctypes.c_int64] * (meta["sizes"] + meta.get("seeds", 0))
         return fn
 
     def launch(self, name: str, kernel: kir.Kernel, args: list[str], options: Any, device: Any) -> str:
         ptrs = [f"{a}.data_ptr()" for a in args]
-        return f"{name}({', '.join(ptrs + list(kernel.sizes))})"
+        slots = [str(slot) for _, slot in kernel.seeds]
+        return f"{name}({', '.join(ptrs + list(kernel.sizes) + slots)})"
 
 
 def _is_cpu(device: Any, options: dict) -> bool:

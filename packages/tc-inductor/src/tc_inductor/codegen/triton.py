@@ -101,6 +101,7 @@ class TritonKernelWriter:
         self.kernel, self.name, self.interpret = kernel, name, interpret
         self.params = {n: f"in_ptr{i}" for i, (n, _) in enumerate(kernel.inputs)}
         self.params.update({n: f"out_ptr{i}" for i, (n, _) in enumerate(kernel.outputs)})
+        self.seed_args = {seed: f"seed{i}" for i, seed in enumerate(kernel.seeds)}
         self.dtypes = dict(kernel.inputs) | dict(kernel.outputs)
         self.emitter = Emitter(self.render, lambda u, var, text: f"{var} = {text}", self.masked)
         self.persistent = is_persistent(kernel, interpret)
@@ -164,7 +165,7 @@ class TritonKernelWriter:
         if op is Ops.REDUCED:
             return u.arg
         if op is Ops.SEED:  # one scalar per kernel: every element of a random op shares its seed
-            return f"tl.load({self.params[u.arg[0]]} + {u.arg[1]})"
+            return f"tl.load({self.params[u.arg[0]]} + {self.seed_args[u.arg]})"
         if op in kir.GroupOp.Random:  # Philox4x32-10, as the C++ backend's tc_rand / tc_randn
             return f"tl.{op.name.lower()}({args[0]}, {args[1]})"
         if op is Ops.CAST:
@@ -271,9 +272,16 @@ class TritonKernelWriter:
     def signature(self) -> list[str]:
         k = self.kernel
         args = [self.params[n] for n, _ in k.inputs] + [self.params[n] for n, _ in k.outputs] + list(k.sizes)
-        args += ["xnumel"] + (["rnumel"] if k.is_reduction else [])
+        args += ["xnumel"] + (["rnumel"] if k.is_reduction else []) + list(self.seed_args.values())
         args += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if k.is_reduction else [])
         return args
+
+    def decorator(self) -> str:
+        """``@triton.jit``; seed slots unspecialised: a slot of 1 would otherwise be compiled in as
+        a constant, and one kernel launched from every layer must not assume any layer's slot."""
+        if not self.seed_args:
+            return "@triton.jit\n"
+        return f"@triton.jit(do_not_specialize={list(self.seed_args.values())})\n"
 
     def generate(self) -> str:
         body = self.reduction_body() if self.kernel.is_reduction else self.pointwise_body()
@@ -555,9 +563,9 @@ class TritonBackend:
             configs = ", ".join(
                 f"triton.Config({ {k: v for k, v in c.items() if k != 'num_warps'} }, num_warps={c['num_warps']})"
                 for c in autotune_configs(kernel))
-            deco = f"@triton.autotune(configs=[{configs}], key=['xnumel'])\n@triton.jit\n"
+            deco = f"@triton.autotune(configs=[{configs}], key=['xnumel'])\n" + writer.decorator()
         else:
-            deco = "@triton.jit\n"
+            deco = writer.decorator()
         return HEADER + deco + text
 
     def metadata(self, kernel: kir.Kernel, options: Any, device: Any) -> dict:
@@ -601,6 +609,7 @@ class TritonBackend:
         if _static_numel(kernel.xranges) == 0:
             return "pass  # empty kernel"
         call_args = args + list(kernel.sizes) + [xnumel] + ([rnumel] if rnumel else [])
+        call_args += [str(slot) for _, slot in kernel.seeds]  # the seed slots: see TritonKernelWriter.decorator
         meta = self.metadata(kernel, options, device)
         if meta["autotune"]:
             grid = f"lambda meta: (triton.cdiv({xnumel}, meta['XBLOCK']),)"
@@ -650,7 +659,7 @@ def warmup_signature(kernel: kir.Kernel, device: Any) -> dict | None:
     if kernel.sizes or xnumel is None or rnumel is None or xnumel == 0:
         return None
     pointers = [str(dt).removeprefix("torch.") for _, dt in kernel.inputs + kernel.outputs]
-    ints = [xnumel] + ([rnumel] if kernel.is_reduction else [])
+    ints = [xnumel] + ([rnumel] if kernel.is_reduction else []) + [0] * len(kernel.seeds)  # any slot: unspecialised
     return {"pointers": pointers, "ints": ints, "device": torch.device(device).index or 0}
 
 
@@ -807,7 +816,7 @@ def kernel_function(module: Any, source: str) -> Any:
 
 
 def kernel_function_name(source: str) -> str:
-    return re.findall(r"^@triton\.jit\ndef (\w+)\(", source, re.M)[-1]  # the header defines helpers first
+    return re.findall(r"^@triton\.jit(?:\(.*\))?\ndef (\w+)\(", source, re.M)[-1]  # the header defines helpers first
 
 
 def _interpreting(device: Any) -> bool:

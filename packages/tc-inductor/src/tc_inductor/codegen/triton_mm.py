@@ -271,11 +271,12 @@ def generate(group: TemplateGroup, kernel: kir.Kernel, device: Any) -> str:
                else "x0 = rm[:, None]\nx1 = rn[None, :]"))
     mask = "(x1 < M) & (x2 < N)" if batched else "(x0 < M) & (x1 < N)"
     text = (f"def kernel({', '.join(params)}, M, N, K: tl.constexpr, stride_ab, stride_am, stride_ak, stride_bb, stride_bk, "
-            "stride_bn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):\n"
+            f"stride_bn, {''.join(a + ', ' for a in writer.seed_args.values())}"
+            "BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):\n"
             + "".join(f"    {line}\n" for line in body.splitlines() + [f"xmask = {mask}"] + lines))
     digest = hashlib.sha256(text.encode()).hexdigest()[:6]
     name = f"tc_mm_{_op_name(extern)}_{digest}"
-    return HEADER + "@triton.jit\n" + text.replace("def kernel(", f"def {name}(", 1)
+    return HEADER + writer.decorator() + text.replace("def kernel(", f"def {name}(", 1)
 
 
 HEADER = '''import triton
@@ -380,7 +381,7 @@ def launch_args(group: TemplateGroup, kernel: kir.Kernel) -> tuple[list, list[in
     _, m, n, k = dims(extern)
     sa = (a.stride[0] if len(a.shape) == 3 else 0, a.stride[-2], a.stride[-1])
     sb = (b.stride[0] if len(b.shape) == 3 else 0, b.stride[-2], b.stride[-1])
-    return buffers, [m, n, k, *sa, *sb]
+    return buffers, [m, n, k, *sa, *sb] + [slot for _, slot in kernel.seeds]
 
 
 def grid(group: TemplateGroup, config: dict) -> tuple[int, int, int]:
