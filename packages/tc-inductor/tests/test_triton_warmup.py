@@ -93,10 +93,18 @@ class _FakeCompiled:
         self.launches += 1
         if self.value is None:
             raise RuntimeError("no GPU here")
+        assert all(type(p) is int for p in args[:2]), "pointers reach the C launcher as ints"
+        x, out = _float32s_at(args[0], 32), _float32s_at(args[1], 32)
         if self.value != "same":
-            args[1].zero_()
+            out.zero_()
         elif self.launches > 1:
-            args[1].copy_(args[0].exp())
+            out.copy_(x.exp())
+
+
+def _float32s_at(pointer: int, n: int) -> torch.Tensor:
+    import ctypes
+
+    return torch.frombuffer((ctypes.c_float * n).from_address(pointer), dtype=torch.float32)
 
 
 def _launcher_case(compiled):

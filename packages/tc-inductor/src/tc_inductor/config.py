@@ -28,6 +28,10 @@ class Options:
       tc allocates, and a padded copy of graph inputs a matmul reads (padding.py): "auto" (CUDA,
       rows >= 64 elements, tensors >= 1 MiB), "never", or, for tests, "always" (any device
       and size).
+    guarded_inputs: positions of inputs whose shape and strides the caller checks on every call
+      to be the example inputs' (as tc_capture's guards do for the tensors they see): the
+      wrapper does not check them again (~0.2 µs an input). Inputs not named here that arrive
+      in another layout are copied into the compiled one.
     """
 
     backend: str = "auto"
@@ -38,6 +42,7 @@ class Options:
     artifact_store: Any = None
     mm_template: str = attrs.field(default="auto", validator=attrs.validators.in_(("auto", "never", "always", "autotune")))
     pad_mm_operands: str = attrs.field(default="auto", validator=attrs.validators.in_(("auto", "never", "always")))
+    guarded_inputs: tuple = attrs.field(default=(), converter=lambda v: tuple(sorted({int(i) for i in v})))
 
     @classmethod
     def from_dict(cls, options: dict | None) -> Options:

@@ -14,6 +14,7 @@ import torch
 
 import tc_ir
 
+from .codegen.common import pointer_name
 from .graph_lowering import LoweredGraph, RuntimeValue
 from .ir import BufferValue, ComputedBuffer, ExternCall
 from .scheduler import Group, Schedule, reads_of
@@ -27,6 +28,9 @@ class KernelCall:
     args: list  # buffer names: inputs then outputs
     sizes: list  # names of symbolic sizes
     launch: str  # a line of Python launching it
+    # buffers whose ``ptr_<name>`` the launch line reads: ``data_ptr()`` is called once per buffer
+    # and call, before its first launch, not once per launch reading it
+    pointers: list = attrs.field(factory=list)
 
 
 def render_value(value: Any, layouts: dict) -> str:
@@ -62,22 +66,25 @@ def _tup(values) -> str:
     return "(" + ", ".join(map(str, values)) + ("," if len(values) == 1 else "") + ")"
 
 
-def generate(lowered: LoweredGraph, sched: Schedule, calls: dict, extern_names: dict) -> str:
+def generate(lowered: LoweredGraph, sched: Schedule, calls: dict, extern_names: dict,
+             guarded: frozenset = frozenset()) -> str:
     """The wrapper source. ``calls`` maps each Group to its KernelCall; ``extern_names`` maps
-    extern targets to the global names the wrapper calls them by."""
+    extern targets to the global names the wrapper calls them by; ``guarded`` holds the
+    positions of inputs whose layout the caller has checked already."""
     layouts = _layouts(lowered)
     lines = ["def call(args):"]
     body: list[str] = []
     names = [i.name for i in lowered.inputs]
     if names:
         body.append(f"{', '.join(names)}{',' if len(names) == 1 else ''} = args")
-    for inp in lowered.inputs:
-        if inp.name in layouts:
+    for position, inp in enumerate(lowered.inputs):
+        if inp.name in layouts and position not in guarded:
             shape, stride, _, _ = layouts[inp.name]
             # the common case (the compiled layout) costs two tuple compares, no call
             body.append(f"if {inp.name}.stride() != {_tup(stride)} or {inp.name}.shape != {_tup(shape)}:")
             body.append(f"    {inp.name} = _layout({inp.name}, {_tup(shape)}, {_tup(stride)})")
     body += _draw_seeds(lowered)
+    pointers: set[str] = set()
     last_use = _last_uses(sched)
     keep = set(lowered.output_buffers) | _passed_to_externs(sched)
     allocated = (lowered.own & sched.stored) | {s.outputs.name for s in sched.steps
@@ -88,6 +95,7 @@ def generate(lowered: LoweredGraph, sched: Schedule, calls: dict, extern_names: 
             for m in step.members:
                 if m.name in sched.stored:
                     body.append(_allocate(m, free))
+            body += _hoist_pointers(calls[step], pointers)
             body.append(calls[step].launch)
         elif step.out_variant is not None:
             body.append(_allocate(step.outputs, free))
@@ -102,6 +110,15 @@ def generate(lowered: LoweredGraph, sched: Schedule, calls: dict, extern_names: 
     outputs = tc_ir.map_structure(lowered.outputs, lambda v: v)
     body.append(f"return {render_value(outputs, layouts)}")
     return "\n".join(lines + ["    " + line for line in body]) + "\n"
+
+
+def _hoist_pointers(call: KernelCall, done: set) -> list[str]:
+    """``ptr_<name> = <name>.data_ptr()`` for the launch's buffers not read before. Each name is
+    bound once in the straight-line wrapper (inputs are laid out before any launch, extern
+    results right after their call), so its pointer stays valid for the rest of the call."""
+    new = [name for name in dict.fromkeys(call.pointers) if name not in done]
+    done.update(new)
+    return [f"{pointer_name(name)} = {name}.data_ptr()" for name in new]
 
 
 def _draw_seeds(lowered: LoweredGraph) -> list[str]:

@@ -9,6 +9,12 @@ import sympy
 from ..kir import FloorDiv, ModIndex, Ops, UOp
 
 
+def pointer_name(buffer: str) -> str:
+    """The wrapper local holding ``buffer``'s data pointer, for backends whose launch lines take
+    pointers (the wrapper binds it once a call: ``KernelCall.pointers``)."""
+    return f"ptr_{buffer}"
+
+
 def print_index(expr: sympy.Expr, names: dict[str, str], floordiv: str = "/") -> str:
     """Print an index expression; ``names`` renames symbols (indirect indices, sizes)."""
     expr = sympy.sympify(expr)

@@ -16,7 +16,7 @@ import torch
 from .. import kir
 from ..kir import Ops, UOp
 from . import build, cpp_rows, cpp_vecmath
-from .common import Emitter, Scope, print_index
+from .common import Emitter, Scope, pointer_name, print_index
 from .registry import register_backend
 
 CTYPES = {
@@ -433,6 +433,7 @@ def _nest(loops: list[str], body: list[str]) -> list[str]:
 
 class CppBackend:
     name = "cpp"
+    reads_pointers = True  # launch lines take ``ptr_<buffer>`` ints the wrapper binds once a call
 
     def generate(self, kernel: kir.Kernel, name: str, options: Any, device: Any) -> str:
         return PRELUDE + cpp_vecmath.declarations() + cpp_vecmath.EXPF + CppKernelWriter(kernel, name).generate()
@@ -455,7 +456,7 @@ class CppBackend:
         return fn
 
     def launch(self, name: str, kernel: kir.Kernel, args: list[str], options: Any, device: Any) -> str:
-        ptrs = [f"{a}.data_ptr()" for a in args]
+        ptrs = [pointer_name(a) for a in args]  # bound by the wrapper (KernelCall.pointers)
         slots = [str(slot) for _, slot in kernel.seeds]
         return f"{name}({', '.join(ptrs + list(kernel.sizes) + slots)})"
 

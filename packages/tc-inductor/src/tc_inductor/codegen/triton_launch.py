@@ -6,7 +6,8 @@ launcher. Our kernels have one config, static grids and sizes, so once the ahead
 has returned the ``CompiledKernel``, the wrapper can call that launcher directly: what ``run``
 ends in for triton 3.x, ``kernel.run(grid0, grid1, grid2, stream, function, packed_metadata,
 launch_metadata, enter_hook, exit_hook, *all_args)`` with constexpr values included (the C
-launcher's signature lists them and skips them).
+launcher's signature lists them and skips them), and pointers passed as ints (``data_ptr()``
+read once here; the C launcher takes an int as it is).
 
 The direct path checks itself: its first launch is compared with a ``JITFunction.run`` launch,
 and any failure or difference falls back to ``run`` for good (logged under
@@ -68,16 +69,19 @@ class TritonLauncher:
             self._via_run(grid0, *args)
 
     def _direct(self, grid0: int, *args: Any) -> None:
-        runtime, k = self._knobs, self.compiled
-        if runtime.launch_enter_hook is not None or not _aligned(args, self.n_pointers):
+        # Pointers go to the C launcher as ints: given a tensor it would call data_ptr() again
+        # and ask the driver about each pointer (cuPointerGetAttribute), on every launch.
+        runtime, k, n = self._knobs, self.compiled, self.n_pointers
+        pointers = [a.data_ptr() for a in args[:n]]
+        if runtime.launch_enter_hook is not None or _misaligned(pointers):
             return self._via_run(grid0, *args)
         k.run(grid0, 1, 1, self._stream(self.device), k.function, k.packed_metadata, None,
-              None, runtime.launch_exit_hook, *args, *self.const_values)
+              None, runtime.launch_exit_hook, *pointers, *args[n:], *self.const_values)
 
 
-def _aligned(args: tuple, n: int) -> bool:
+def _misaligned(pointers: list[int]) -> bool:
     # the ahead-of-time compile assumed 16-byte aligned pointers, as JITFunction.run would find them
-    for i in range(n):
-        if args[i].data_ptr() & 15:
-            return False
-    return True
+    for p in pointers:
+        if p & 15:
+            return True
+    return False
