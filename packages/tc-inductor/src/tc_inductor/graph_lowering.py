@@ -182,7 +182,8 @@ class GraphLowering:
         if node.target is operator.getitem:
             if isinstance(args[0], RuntimeValue):
                 return self.extern(node, args, kwargs, "item of an opaque value")
-            return args[0][args[1]]
+            # an item of a multi-output lowering (layer norm's output) is realized like any value
+            return self._maybe_realize(node, args[0][args[1]])
         spec = corrected_spec(node.target, node.spec, args, kwargs)
         result = self.lower_call(node, node.target, spec, args, kwargs)
         for value, leaf in zip(tc_ir.leaves(result), tc_ir.leaves(spec)):
