@@ -48,6 +48,34 @@ def test_warmup_runs_in_the_pool_once_per_kernel():
     assert threading.get_ident() not in fake.threads
 
 
+class FakeCompiled:
+    def __init__(self, fail: bool = False):
+        self.loaded_in, self.fail = None, fail
+
+    def _init_handles(self):
+        if self.fail:
+            raise RuntimeError("no driver")
+        self.loaded_in = threading.get_ident()
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_warmup_loads_the_kernel_and_its_launcher_in_the_pool(fail):
+    compiled = FakeCompiled(fail)
+
+    class Kernel(FakeKernel):
+        def warmup(self, *args, grid, **kwargs):
+            super().warmup(*args, grid=grid, **kwargs)
+            return compiled
+
+    meta = {"config": {"XBLOCK": 1024, "num_warps": 4}, "autotune": False, "interpret": False,
+            "warmup": {"pointers": ["float32"], "ints": [4096], "device": 0}}
+    record = {"source": f"unique source {id(compiled)}", "meta": meta}
+    triton_backend._start_warmup(Kernel(), record)
+    got = triton_backend._warmups[triton_backend._warmup_key(record)].result()
+    assert got is compiled  # a failed load ahead is left to the first launch, not an error
+    assert (compiled.loaded_in is None) if fail else compiled.loaded_in not in (None, threading.get_ident())
+
+
 def test_interpreted_kernels_are_not_warmed_up():
     x = torch.randn(5, 7)
     k = tc_inductor.compile(build(lambda g, x: g.call(aten.exp.default, x), [x]), [x],

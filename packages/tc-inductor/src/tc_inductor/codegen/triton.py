@@ -687,6 +687,7 @@ def _warmup(kernel: Any, meta: dict, store: Any = None, key: str = "") -> Any:
             expected = None if meta["autotune"] or restored else _compile_in_worker(kernel, sig, consts)
             compiled = kernel.warmup(*args, grid=(1,), **consts)  # a cache hit after the worker's compile
             compiled = compiled.result() if hasattr(compiled, "result") else compiled
+            _load_ahead(compiled)
             triton_compile.check_hash(kernel, expected, compiled)
         if store is not None:
             _save_compiled(store, store_key, compiled, _triton_cache_root(), restored)
@@ -695,6 +696,18 @@ def _warmup(kernel: Any, meta: dict, store: Any = None, key: str = "") -> Any:
         _log.debug("ahead-of-time compile of a Triton kernel failed (%s: %s); it compiles at launch",
                    type(e).__name__, e)
         return None
+
+
+def _load_ahead(compiled: Any) -> None:
+    """Load a compiled kernel and build Triton's C launcher for it (a gcc run per signature) now,
+    in the compile pool beside the other kernels, not one after another at the first launch
+    (BERT-base's first call spent 19 s there on the H200). A failure here is not an error: the
+    first launch loads it again and says what is wrong."""
+    try:
+        if hasattr(compiled, "_init_handles"):
+            compiled._init_handles()
+    except Exception as e:
+        _log.debug("loading a Triton kernel ahead of its first launch failed (%s: %s)", type(e).__name__, e)
 
 
 def _start_compile_workers(device: int) -> None:
