@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import collections.abc
 import dataclasses
 import math
 
@@ -10,6 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 from helpers import check
+
+import tc_capture
 
 Pair = collections.namedtuple("Pair", ["a", "b"])
 SCALE = 2.0
@@ -339,3 +342,90 @@ def test_python_flag(flag):
 def test_tuple_and_dict_inputs():
     check(f_tuple_in, lambda: ((torch.randn(3), torch.randn(3)),))
     check(f_dict_in, lambda: ({"x": torch.randn(2), "y": torch.randn(2)},))
+
+
+# ---- iteration over objects of Python classes --------------------------------------------------
+class ScaleView(collections.abc.Sequence):
+    """Like transformers' ``config.per_layer_config``: a ``Sequence`` of ``__len__``/``__getitem__``."""
+
+    def __init__(self, scales):
+        self._scales = scales
+
+    def __len__(self):
+        return len(self._scales)
+
+    def __getitem__(self, i):
+        if i < 0 or i >= len(self):
+            raise IndexError("list index out of range")
+        return self._scales[i]
+
+
+class GenIter:
+    def __init__(self, n):
+        self.n = n
+
+    def __iter__(self):
+        for i in range(self.n):
+            yield i + 1
+
+
+class DelegatingIter:
+    def __init__(self, items):
+        self.items = items
+
+    def __iter__(self):
+        return iter(self.items)
+
+
+class SelfIter:
+    def __init__(self):
+        self.i = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        self.i += 1
+        if self.i > 2:
+            raise StopIteration
+        return self.i
+
+
+class Holder:
+    view = ScaleView((2.0, 3.0))
+
+
+def f_iter_sequence_view(x):
+    return [x * s for s in ScaleView((1.0, 2.0, 3.0))]
+
+
+def f_iter_sourced_sequence_view(x):
+    scales = list(Holder.view)
+    return sum(x * s for s in scales), len(scales)
+
+
+def f_iter_generator_method(x):
+    return [x + k for k in GenIter(3)]
+
+
+def f_iter_delegating(x):
+    return [x * k for k in DelegatingIter([1, 2])] + [x - a for a, _ in zip(DelegatingIter((1,)), "a")]
+
+
+@pytest.mark.parametrize("fn", [f_iter_sequence_view, f_iter_sourced_sequence_view, f_iter_generator_method,
+                                f_iter_delegating],
+                         ids=lambda f: f.__name__)
+def test_iteration_over_python_objects_one_graph(fn):
+    _, be = check(fn, lambda: (torch.randn(3, 4),), lambda: (torch.randn(5, 4),))
+    r = tc_capture.capture(fn, torch.randn(3, 4))
+    assert (r.graph_count, r.graph_break_count) == (1, 0), r.breaks
+
+
+def f_iter_self_iterator(x):
+    return [x * k for k in SelfIter()]
+
+
+def test_iteration_over_a_stateful_iterator_breaks_with_a_reason():
+    check(f_iter_self_iterator, lambda: (torch.randn(3),))
+    r = tc_capture.capture(f_iter_self_iterator, torch.randn(3))
+    assert any("SelfIter" in b.reason and "__next__" in b.reason for b in r.breaks), r.breaks

@@ -108,3 +108,33 @@ def test_llama_517_rotary_with_nullcontext_one_graph(monkeypatch):
     torch.manual_seed(0)
     model, get = _llama()
     _eval_in_one_graph(model, get)
+
+
+def _cache_tensors(cache) -> list:
+    return [t for layer in cache.layers for t in (layer.keys, layer.values)]
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_gpt2_default_cache_one_graph(use_cache):
+    """GPT-2 as configured by default (``use_cache=True``) builds a ``DynamicCache``, whose
+    constructor iterates ``config.per_layer_config`` (a ``collections.abc.Sequence`` view):
+    one graph, logits and the returned cache equal eager's, then a decode step with that cache."""
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_embd=64, n_layer=2, n_head=2)).eval()
+    f = tc_capture.optimize(tc_capture.interpret_backend)(model)
+    ids = torch.randint(0, 1000, (2, 8))
+    with torch.no_grad():
+        r = tc_capture.capture(model, input_ids=ids, use_cache=use_cache)
+        assert (r.graph_count, r.graph_break_count) == (1, 0), r.breaks
+        expected, got = model(input_ids=ids, use_cache=use_cache), f(input_ids=ids, use_cache=use_cache)
+        tree_close(expected.logits, got.logits)
+        if not use_cache:
+            assert got.past_key_values is None
+            return
+        assert type(got.past_key_values) is type(expected.past_key_values)
+        tree_close(_cache_tensors(expected.past_key_values), _cache_tensors(got.past_key_values))
+        step = torch.randint(0, 1000, (2, 1))
+        expected = model(input_ids=step, past_key_values=expected.past_key_values)
+        got = f(input_ids=step, past_key_values=got.past_key_values)
+        tree_close(expected.logits, got.logits)
+        tree_close(_cache_tensors(expected.past_key_values), _cache_tensors(got.past_key_values))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+import types
 
 import torch
 
@@ -38,6 +39,10 @@ def length(f, args, kwargs=None) -> V:
         if v.source is not None and not isinstance(v.value, (str, bytes, tuple)):
             f.session.guards.length(v.source, v.value)
         return Const(len(v.value))
+    if isinstance(v, ObjV) and isinstance(getattr(v.cls, "__len__", None), types.FunctionType):
+        from .calls import call_function
+
+        return call_function(f, BoundV(Const(v.cls.__len__), v), [], {})
     raise Unsupported(f"len() of {type(v).__name__}")
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import collections.abc
 import operator
+import types
 
 import torch
 
-from ..variables import Const, DictV, IterV, ListV, SetV, TensorV, TupleV, V
+from ..variables import BoundV, Const, DictV, IterV, ListV, ObjV, SetV, TensorV, TupleV, V
 from .frame import handler
 from .session import Unsupported
 
@@ -24,6 +26,8 @@ def iterate(f, v: V) -> IterV:
         return _tensor_rows(f, v)
     if isinstance(v, Const):
         return _const_items(f, v)
+    if isinstance(v, ObjV):
+        return _object_items(f, v, v.cls)
     raise Unsupported(f"iteration over {type(v).__name__}")
 
 
@@ -51,7 +55,50 @@ def _const_items(f, v: Const) -> IterV:
     if type(value).__name__ in ("dict_keys", "dict_values", "dict_items", "odict_keys", "odict_values",
                                 "odict_items"):
         return IterV([_const_or_tuple(x) for x in value])
-    raise Unsupported(f"iteration over {type(value).__name__}")
+    return _object_items(f, v, type(value))
+
+
+# ---- objects of Python classes ---------------------------------------------------------------------
+def _object_items(f, v: V, cls: type) -> IterV:
+    """Iterate an instance of a Python class by inlining its own methods.
+
+    A Python ``__iter__`` is inlined (a generator method runs to completion, see
+    ``calls._run_generator``; one returning another iterable is iterated in turn). The sequence
+    protocol — ``collections.abc.Sequence``'s inherited ``__iter__``, or no ``__iter__`` but
+    ``__getitem__`` — reads ``self[i]`` until ``IndexError``; we read ``self[0..len(self))``,
+    with ``__len__`` and ``__getitem__`` inlined. The two agree for any class that keeps the
+    ``Sequence`` contract (``self[len(self)]`` raises ``IndexError``, smaller indices do not);
+    Hugging Face's ``config.per_layer_config`` view is one.
+    """
+    from .attrs import _lookup
+
+    found, it = _lookup(cls, "__iter__")
+    if found and isinstance(it, types.FunctionType) and it is not collections.abc.Sequence.__iter__:
+        return _inline_iter(f, v, cls, it)
+    if found and it is not collections.abc.Sequence.__iter__:
+        raise Unsupported(f"iteration over {cls.__name__} (its __iter__ is not Python code)")
+    get, length = _lookup(cls, "__getitem__")[1], _lookup(cls, "__len__")[1]
+    if not (isinstance(get, types.FunctionType) and isinstance(length, types.FunctionType)):
+        raise Unsupported(f"iteration over {cls.__name__} (no __iter__, and no Python __getitem__ and __len__)")
+    return IterV(_sequence_items(f, v, cls, get, length))
+
+
+def _inline_iter(f, v: V, cls: type, method) -> IterV:
+    from .calls import call_function
+
+    result = call_function(f, BoundV(Const(method), v), [], {})
+    if result is v or isinstance(result, Const) and isinstance(v, Const) and result.value is v.value:
+        raise Unsupported(f"iteration over {cls.__name__} (__iter__ returns self: a stateful __next__)")
+    return iterate(f, result)
+
+
+def _sequence_items(f, v: V, cls: type, get, length) -> list[V]:
+    from .calls import call_function
+
+    n = call_function(f, BoundV(Const(length), v), [], {})
+    if not (isinstance(n, Const) and type(n.value) is int):
+        raise Unsupported(f"iteration over {cls.__name__} (its __len__ is not a known int)")
+    return [call_function(f, BoundV(Const(get), v), [Const(i)], {}) for i in range(n.value)]
 
 
 def _const_or_tuple(x):
