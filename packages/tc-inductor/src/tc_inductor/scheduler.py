@@ -186,8 +186,8 @@ def _unprofitable(group: Group, buf: ComputedBuffer, producers: set, reads: dict
     gathers every layer's weight-gradient reductions into one long kernel at the end."""
     if group in producers or not (buf.is_reduction or group.r):
         return None
-    mine = set(reads[buf.name])
-    if not mine or any(mine & set(reads[m.name]) for m in group.members):  # (a fill waits for nothing)
+    mine = reads[buf.name]
+    if not mine or any(mine & reads[m.name] for m in group.members):  # (a fill waits for nothing)
         return None
     return "independent reductions that read no buffer in common"
 
