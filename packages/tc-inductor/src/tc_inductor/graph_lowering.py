@@ -23,7 +23,17 @@ from tc_ir import Node, TensorSpec
 from . import kir, padding
 from .cond import lower_cond
 from .decompositions import EXTERN_PREFERRED, corrected_spec, trace_decomposition
-from .ir import BufferValue, ComputedBuffer, ExternCall, InputBuffer, Pointwise, TensorValue, Unsupported, contiguous_stride
+from .ir import (
+    BufferValue,
+    ComputedBuffer,
+    ExternCall,
+    InputBuffer,
+    Pointwise,
+    TensorValue,
+    Unsupported,
+    contiguous_stride,
+    is_dense,
+)
 from .lowering import LOWERINGS
 
 log = tc_ir.logs.get_logger("fusion")
@@ -351,15 +361,7 @@ def _nameable(target: Any) -> bool:
 
 def _dense(spec: TensorSpec) -> bool:
     """Whether spec's strides are a permutation of contiguous strides (safe to allocate)."""
-    if not spec.is_static:
-        return False
-    pairs = sorted((s, n) for s, n in zip(spec.stride, spec.shape) if n != 1)
-    expected = 1
-    for stride, size in pairs:
-        if stride != expected:
-            return False
-        expected *= size
-    return True
+    return spec.is_static and is_dense(spec.shape, spec.stride)
 
 
 def _stride_of(v: TensorValue) -> tuple:

@@ -137,6 +137,17 @@ class InputBuffer:
     index: int  # position among the graph's inputs
 
 
+def is_dense(shape: Sequence[Any], stride: Sequence[Any]) -> bool:
+    """Whether ``stride`` is a permutation of contiguous strides of ``shape`` (size-1 dims
+    ignored): the layout fills its storage with no gaps."""
+    expected = 1
+    for st, n in sorted((st, n) for st, n in zip(stride, shape) if n != 1):
+        if st != expected:
+            return False
+        expected *= n
+    return True
+
+
 def contiguous_stride(shape: Sequence[Any]) -> tuple:
     strides, running = [], sympy.Integer(1)
     for size in reversed(shape):

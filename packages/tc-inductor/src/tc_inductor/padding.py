@@ -28,6 +28,8 @@ import torch
 import tc_ir
 from tc_ir import Node
 
+from .ir import is_dense
+
 aten = torch.ops.aten
 
 ALIGN_BYTES = 16
@@ -62,7 +64,7 @@ def padded_stride(shape: tuple, stride: tuple, dtype: torch.dtype, device: Any, 
     if how == "never" or dtype.itemsize not in (2, 4) or not _static(shape, stride):
         return None
     order = sorted(range(len(shape)), key=lambda d: (stride[d], -d))  # innermost first
-    if not order or stride[order[0]] != 1 or not _dense(shape, stride, order):
+    if not order or stride[order[0]] != 1 or not is_dense(shape, stride):
         return None
     inner = order[0]
     row = shape[inner]
@@ -82,15 +84,6 @@ def padded_stride(shape: tuple, stride: tuple, dtype: torch.dtype, device: Any, 
 
 def _static(*values) -> bool:
     return all(isinstance(v, int) for vs in values for v in vs)
-
-
-def _dense(shape: tuple, stride: tuple, order: list) -> bool:
-    expected = 1
-    for d in order:
-        if shape[d] != 1 and stride[d] != expected:
-            return False
-        expected *= shape[d]
-    return True
 
 
 def candidates(graph: tc_ir.Graph, how: str) -> set[Node]:

@@ -16,7 +16,7 @@ import tc_ir
 
 from .codegen.common import pointer_name
 from .graph_lowering import LoweredGraph, RuntimeValue
-from .ir import BufferValue, ComputedBuffer, ExternCall
+from .ir import BufferValue, ComputedBuffer, ExternCall, is_dense
 from .scheduler import Group, Schedule, reads_of
 
 
@@ -133,21 +133,12 @@ def _allocate(buf: ComputedBuffer | BufferValue, free: dict) -> str:
     key = (tuple(buf.shape), tuple(buf.stride), buf.dtype, str(buf.device))
     if free.get(key):
         return f"{buf.name} = {free[key].pop()}  # reuse"
-    if torch.device(buf.device).type == "cpu" and not _dense(buf.shape, buf.stride):
+    if torch.device(buf.device).type == "cpu" and not is_dense(buf.shape, buf.stride):
         # padded rows (padding.py): torch's CPU bf16 GEMM reads one element past an odd K (it
         # packs K in pairs), so the padding must hold zeros, not garbage that may be NaN
         return f"{buf.name} = zeros_padded({_tup(buf.shape)}, {_tup(buf.stride)}, {buf.dtype})"
     return (f"{buf.name} = empty_strided({_tup(buf.shape)}, {_tup(buf.stride)}, dtype={buf.dtype}, "
             f"device={device_name(buf.device)})")
-
-
-def _dense(shape: tuple, stride: tuple) -> bool:
-    expected = 1
-    for st, n in sorted((st, n) for st, n in zip(stride, shape) if n != 1):
-        if st != expected:
-            return False
-        expected *= n
-    return True
 
 
 def zeros_padded(shape: tuple, stride: tuple, dtype: torch.dtype) -> torch.Tensor:

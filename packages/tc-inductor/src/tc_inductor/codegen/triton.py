@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import concurrent.futures
 import contextlib
+import functools
 import hashlib
 import importlib.util
 import math
@@ -434,6 +435,7 @@ def is_persistent(kernel: kir.Kernel, interpret: bool) -> bool:
     return kernel.is_reduction and rnumel is not None and rnumel <= limit
 
 
+@functools.lru_cache(maxsize=4096)  # asked several times per kernel (config, writer, metadata, launch)
 def is_columnar(kernel: kir.Kernel) -> bool:
     """A reduction over rows whose data is contiguous along the kept dimension: the bias gradient
     ``grad.sum(0)`` of a [tokens, features] matrix. A program must then read a run of columns
