@@ -85,6 +85,7 @@ def test_decorator_forms():
 def test_custom_callable_backend_sees_graphs():
     seen = []
 
+    @tc.tc_ir_backend  # a plain callable gets a torch.fx.GraphModule (tests/test_backends_fx.py)
     def backend(graph, example_inputs):
         seen.append(graph)
         return lambda *args: __import__("tc_ir").interpret(graph, args)
@@ -112,6 +113,7 @@ def test_backend_failure_falls_back_with_one_warning():
 def test_regional_compilation_shares_one_compilation():
     count = []
 
+    @tc.tc_ir_backend
     def backend(graph, example_inputs):
         count.append(graph)
         return lambda *args: __import__("tc_ir").interpret(graph, args)

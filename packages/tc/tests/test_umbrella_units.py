@@ -56,7 +56,7 @@ def test_builtin_backends_run_hand_built_graphs(backend, hold_weight):
 
 
 def test_register_backend_decorator():
-    @tc.register_backend("double_check")
+    @tc.register_backend("double_check", graph="tc_ir")
     def double_check(graph, example_inputs, options=None):
         return lambda *inputs: tc_ir.interpret(graph, inputs)
 

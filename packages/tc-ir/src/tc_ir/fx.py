@@ -1,4 +1,8 @@
-"""Interop with ``torch.fx``: the only module of tc that touches it (DESIGN.md)."""
+"""Interop with ``torch.fx``: the only module of tc that touches it (docs/ARCHITECTURE.md).
+
+:func:`from_fx` reads graphs that Dynamo or ``fx.symbolic_trace`` made; :func:`to_fx` hands a
+tc_ir graph to code written for ``torch.compile`` back ends, with the node metadata they read.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import torch.nn.functional as F
 from . import ops
 from .graph import Graph
 from .node import Node, map_structure
-from .spec import spec_of
+from .spec import TensorSpec, spec_of
 
 # Dynamo's higher-order ops mapped to tc_ir's own.
 _HIGHER_ORDER = {"cond": ops.cond}
@@ -145,15 +149,19 @@ def _fx_spec(node: fx.Node) -> Any:
         return spec_of(value)
     meta = node.meta.get("tensor_meta")
     if meta is not None and hasattr(meta, "shape"):
-        from .spec import TensorSpec
-
         return TensorSpec(tuple(meta.shape), meta.dtype, "cpu", tuple(meta.stride), meta.requires_grad)
     return None
 
 
 def to_fx(graph: Graph) -> fx.GraphModule:
-    """Convert a ``tc_ir.Graph`` to an ``fx.GraphModule`` (held values become attributes)."""
+    """Convert a ``tc_ir.Graph`` to an ``fx.GraphModule`` (held values become attributes).
+
+    Each node's ``meta`` holds ``tc_spec`` and, for tensors of static shape, ``val`` and
+    ``example_value``: fake tensors (shape, dtype, strides, device, no data) as Dynamo puts
+    there, so ``torch.compile`` back ends that read them work unchanged.
+    """
     root = torch.nn.Module()
+    fake = _FakeValues()
     fx_graph = fx.Graph()
     env: dict[Node, fx.Node] = {}
 
@@ -178,8 +186,39 @@ def to_fx(graph: Graph) -> fx.GraphModule:
             kind = "call_method" if isinstance(node.target, str) else "call_function"
             env[node] = fx_graph.create_node(kind, node.target, args, kwargs, name=node.name)
         env[node].meta["tc_spec"] = node.spec
+        fake.annotate(env[node], node.spec)
     fx_graph.output(map_structure(graph.outputs, load))
     return fx.GraphModule(root, fx_graph, class_name=graph.name)
+
+
+class _FakeValues:
+    """Fake tensors for specs, made in one ``FakeTensorMode`` per converted graph (lazily: most
+    graphs are never read by a back end that looks at metadata, but making them is cheap)."""
+
+    def __init__(self) -> None:
+        self.mode: Any = None
+
+    def annotate(self, node: fx.Node, spec: Any) -> None:
+        value = self.value(spec)
+        if value is not None:
+            node.meta["val"] = node.meta["example_value"] = value
+
+    def value(self, spec: Any) -> Any:
+        if isinstance(spec, tuple):
+            values = [self.value(s) for s in spec]
+            return None if any(v is None for v in values) else tuple(values)
+        if not isinstance(spec, TensorSpec) or not spec.is_static:
+            return None
+        if self.mode is None:
+            from torch._subclasses.fake_tensor import FakeTensorMode
+
+            self.mode = FakeTensorMode(allow_non_fake_inputs=True)
+        try:
+            with self.mode:
+                value = torch.empty_strided(spec.shape, spec.stride, dtype=spec.dtype, device=spec.device)
+        except (RuntimeError, AssertionError):  # e.g. a CUDA spec on a machine without CUDA
+            return None
+        return value.requires_grad_(spec.requires_grad) if spec.dtype.is_floating_point else value
 
 
 def _set_path(root: torch.nn.Module, path: str, value: Any) -> None:

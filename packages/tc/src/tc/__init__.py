@@ -11,7 +11,7 @@ from tc_capture import is_compiling, mark_dynamic
 from tc_ir.ops import cond
 
 from .api import compile
-from .backends import BackendCompilerFailed, list_backends, register_backend
+from .backends import BackendCompilerFailed, list_backends, register_backend, tc_ir_backend
 from .cache import load_cache_artifacts, save_cache_artifacts
 from .explain import ExplainReport, explain
 from .export import ExportedProgram, ExportError, export, load
@@ -22,5 +22,5 @@ __version__ = "0.1.0"
 __all__ = [
     "compile", "explain", "ExplainReport", "export", "load", "ExportedProgram", "ExportError", "mark_dynamic", "reset",
     "is_compiling", "cond", "save_cache_artifacts", "load_cache_artifacts", "list_backends", "register_backend",
-    "BackendCompilerFailed",
+    "tc_ir_backend", "BackendCompilerFailed",
 ]

@@ -34,7 +34,9 @@ def compile(
     tensor([2., 2., 2.])
 
     ``backend``: ``"inductor"`` (default), ``"aot_eager"``, ``"eager"``, a registered name, or a
-    callable ``(graph, example_inputs) -> callable``. ``mode``: ``None``/``"default"``,
+    callable ``(gm, example_inputs) -> callable`` that gets a ``torch.fx.GraphModule``, as
+    ``torch.compile``'s back ends do (``tc.tc_ir_backend`` marks one that wants ``tc_ir`` graphs).
+    ``mode``: ``None``/``"default"``,
     ``"reduce-overhead"`` (CUDA graphs), ``"max-autotune"``. ``options``: ``fallback`` (default
     True: a back-end failure runs that graph eagerly with one warning), ``cudagraphs``,
     ``max_autotune``, and options of ``tc_inductor.compile``. A compiled module is the same

@@ -1,9 +1,14 @@
-"""Back ends: registered callables ``(graph, example_inputs, options) -> callable``.
+"""Back ends: what compiles each graph that capture hands over.
 
-``eager`` runs captured graphs as they are, ``aot_eager`` runs tc_autograd's ATen graphs on the
-reference interpreter, and ``inductor`` compiles them to kernels (with CUDA graphs when the
-options say so). Users add their own with :func:`register_backend`, or pass a plain callable
-``(graph, example_inputs) -> callable`` to ``tc.compile``.
+A back end is a callable ``backend(gm, example_inputs) -> callable`` receiving a
+``torch.fx.GraphModule`` and the example inputs: exactly ``torch.compile``'s contract, so a back
+end written for ``torch.compile`` works unchanged (tc_ir's FX adapter, :func:`tc_ir.to_fx`,
+makes the GraphModule). A back end that wants tc_ir graphs asks for them: decorate it with
+:func:`tc_ir_backend`, or register it with ``register_backend(name, fn, graph="tc_ir")``.
+
+The built-in ones take tc_ir graphs: ``eager`` runs captured graphs as they are, ``aot_eager``
+runs tc_autograd's ATen graphs on the reference interpreter, and ``inductor`` compiles them to
+kernels (with CUDA graphs when the options say so).
 """
 
 from __future__ import annotations
@@ -22,34 +27,72 @@ import tc_runtime
 
 from .options import Options
 
+# The form every back end is called in here: (tc_ir graph, example inputs, options) -> callable.
 Backend = Callable[[tc_ir.Graph, Sequence[Any], Options], Callable]
 _REGISTRY: dict[str, Backend] = {}
+_GRAPH_KINDS = ("fx", "tc_ir")
 
 
 class BackendCompilerFailed(RuntimeError):
     """A back end raised while compiling a graph and ``options={"fallback": False}`` was set."""
 
 
-def register_backend(name: str, backend: Callable | None = None):
-    """Register ``backend(graph, example_inputs[, options])`` under ``name``; usable as a decorator."""
+def tc_ir_backend(fn: Callable) -> Callable:
+    """Mark ``fn(graph, example_inputs)`` as a back end that receives ``tc_ir.Graph`` objects.
+
+    >>> @tc_ir_backend
+    ... def count_ops(graph, example_inputs):
+    ...     print(len(graph.calls), "ops")
+    ...     return lambda *inputs: tc_ir.interpret(graph, inputs)
+    """
+    fn.tc_graph = "tc_ir"
+    return fn
+
+
+def register_backend(name: str, backend: Callable | None = None, *, graph: str | None = None):
+    """Register ``backend`` under ``name`` (``tc.compile(backend=name)``); usable as a decorator.
+
+    ``graph="fx"`` (the default): ``backend(gm, example_inputs)`` gets a ``torch.fx.GraphModule``,
+    as ``torch.compile`` back ends do. ``graph="tc_ir"`` (or a function marked with
+    :func:`tc_ir_backend`): ``backend(graph, example_inputs)`` gets the ``tc_ir.Graph``.
+    """
+    if graph not in (None, *_GRAPH_KINDS):
+        raise ValueError(f"tc.register_backend: graph={graph!r}; choose one of {_GRAPH_KINDS}")
 
     def add(fn: Callable) -> Callable:
-        _REGISTRY[name] = fn
+        _REGISTRY[name] = _as_backend(tc_ir_backend(fn) if graph == "tc_ir" else fn, graph or "fx")
         return fn
 
     return add(backend) if backend is not None else add
 
 
+def _builtin(name: str) -> Callable:
+    """Register one of tc's own back ends: tc_ir graphs, and the options of ``tc.compile``."""
+
+    def add(fn: Backend) -> Backend:
+        _REGISTRY[name] = fn
+        return fn
+
+    return add
+
+
 def list_backends() -> list[str]:
+    """The names ``tc.compile(backend=...)`` accepts."""
     return sorted(_REGISTRY)
 
 
 def lookup(backend: str | Callable) -> Backend:
     if callable(backend):
-        return lambda graph, example_inputs, options: backend(graph, example_inputs)
+        return _as_backend(backend, "fx")
     if backend not in _REGISTRY:
         raise ValueError(f"tc.compile: unknown backend {backend!r}; registered: {list_backends()}")
     return _REGISTRY[backend]
+
+
+def _as_backend(fn: Callable, default: str) -> Backend:
+    if getattr(fn, "tc_graph", default) == "tc_ir":
+        return lambda graph, example_inputs, options: fn(graph, example_inputs)
+    return lambda graph, example_inputs, options: fn(tc_ir.to_fx(graph), list(example_inputs))
 
 
 def interpreter(graph: tc_ir.Graph, example_inputs: Sequence[Any] = ()) -> Callable:
@@ -57,17 +100,17 @@ def interpreter(graph: tc_ir.Graph, example_inputs: Sequence[Any] = ()) -> Calla
     return lambda *inputs: tc_ir.interpret(graph, inputs)
 
 
-@register_backend("eager")
+@_builtin("eager")
 def eager(graph: tc_ir.Graph, example_inputs: Sequence[Any], options: Options | None = None) -> Callable:
     return interpreter(graph)
 
 
-@register_backend("aot_eager")
+@_builtin("aot_eager")
 def aot_eager(graph: tc_ir.Graph, example_inputs: Sequence[Any], options: Options | None = None) -> Callable:
     return _aot(graph, example_inputs, interpreter, decompositions=None)
 
 
-@register_backend("inductor")
+@_builtin("inductor")
 def inductor(graph: tc_ir.Graph, example_inputs: Sequence[Any], options: Options | None = None) -> Callable:
     compiler = _kernel_compiler(options or Options())
     return _aot(graph, example_inputs, compiler, decompositions=tc_inductor.decompositions())
