@@ -138,7 +138,7 @@ def build_entry(code, globals_, session: Session, out, brk: Break | None, backen
         _export_meta(code, graph, out, rb.outputs, plain + gated)
     graph.output(tuple(rb.outputs))
     guard, why, guard_src, ms, root_key = compile_guards(session.guards, [s.expr for _, s, _ in gated], globals_)
-    lead, trail = hoist_grad_mode(graph)
+    lead, trail = hoist_grad_mode(graph, torch.is_grad_enabled())
     compiled = None
     if graph.calls:
         with torch.set_grad_enabled(torch.is_grad_enabled() if lead is None else lead):
@@ -159,7 +159,7 @@ def build_entry(code, globals_, session: Session, out, brk: Break | None, backen
                  run_src, break_ip, [brk] if brk else [], kw_names)
 
 
-def hoist_grad_mode(graph: tc_ir.Graph) -> tuple[bool | None, bool | None]:
+def hoist_grad_mode(graph: tc_ir.Graph, entered_in: bool = True) -> tuple[bool | None, bool | None]:
     """Grad-mode switches before the region's first op and after its last leave the graph and run
     around it: ``(mode to set before the graph, mode to set after)``.
 
@@ -169,15 +169,41 @@ def hoist_grad_mode(graph: tc_ir.Graph) -> tuple[bool | None, bool | None]:
     in-place updates of leaf parameters autograd forbids; switched around it, the graph runs,
     and is compiled, as the inference graph it is.
     """
-    lead = trail = None
     calls = graph.calls
-    while calls and calls[0].target is torch._C._set_grad_enabled:
-        lead = calls[0].args[0]
-        graph.erase(calls.pop(0))
-    while calls and calls[-1].target is torch._C._set_grad_enabled:
-        trail = trail if trail is not None else calls[-1].args[0]
-        graph.erase(calls.pop())
+    switches = [n for n in calls if n.target is torch._C._set_grad_enabled]
+    if not switches:
+        return None, None
+    # The back end restores the grad mode it was called in, so the mode the region ends in is
+    # always set after the graph (it was left off after `with no_grad(): ...; return x * y`).
+    trail = switches[-1].args[0]
+    lead_n = 0
+    while lead_n < len(calls) and calls[lead_n].target is torch._C._set_grad_enabled:
+        lead_n += 1
+    trail_n = 0
+    while trail_n < len(calls) - lead_n and calls[-1 - trail_n].target is torch._C._set_grad_enabled:
+        trail_n += 1
+    for node in calls[len(calls) - trail_n:]:
+        graph.erase(node)
+    # A leading switch may run around the graph only when no other switch is left inside it:
+    # otherwise the back end would compile the ops after that switch in the wrong mode.
+    if lead_n == 0 or len(switches) > lead_n + trail_n:
+        return _run_mixed_with_grad(graph, calls[0], entered_in), trail
+    lead = calls[lead_n - 1].args[0]
+    for node in calls[:lead_n]:
+        graph.erase(node)
     return lead, trail
+
+
+def _run_mixed_with_grad(graph: tc_ir.Graph, first: tc_ir.Node, entered_in: bool) -> bool:
+    """A graph that switches grad mode inside is handed to the back end, and run, with grad mode
+    on, starting with an explicit switch to the mode the region was entered in: a back end that
+    picks inference or training from the ambient mode would otherwise drop the gradients of ops
+    after an ``enable_grad`` in a region entered with grad mode off."""
+    if not entered_in:
+        node = graph.call(torch._C._set_grad_enabled, False, spec=None)
+        graph.nodes.remove(node)
+        graph.nodes.insert(graph.nodes.index(first), node)
+    return True
 
 
 def _export_meta(code, graph: tc_ir.Graph, out, outputs: list, inputs: list) -> None:
