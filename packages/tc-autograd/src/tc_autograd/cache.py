@@ -34,7 +34,7 @@ import tc_ir
 from .joint import OutputLeaf, Traced
 
 KIND = "aot_trace"
-FORMAT = 1
+FORMAT = 2  # 2: input views are replayed view ops, not size/stride/offset
 log = tc_ir.logs.get_logger("aot")
 
 
@@ -171,6 +171,8 @@ def _encode(v: Any) -> Any:
         return {"leaf": v.kind, "args": _encode(v.args)}
     if v is None or isinstance(v, (bool, int, float, str)):
         return v
+    if isinstance(v, torch._ops.OpOverload) and v.namespace == "aten":  # a view op to replay
+        return {"op": [v.overloadpacket.__name__, v._overloadname]}
     if isinstance(v, tuple) and not hasattr(v, "_fields"):
         return {"tuple": [_encode(x) for x in v]}
     if type(v) is list:
@@ -189,4 +191,7 @@ def _decode(v: Any) -> Any:
         return OutputLeaf(str(v["leaf"]), _decode(v["args"]))
     if "tuple" in v:
         return tuple(_decode(x) for x in v["tuple"])
+    if "op" in v:
+        packet, overload = v["op"]
+        return getattr(getattr(torch.ops.aten, packet), overload)
     return {str(k): _decode(x) for k, x in v["dict"]}

@@ -141,6 +141,19 @@ def _permute(emit: Emit, view: View, base: tc_ir.Node, src: tc_ir.Node) -> tc_ir
     return emit(aten.permute.default, src, sorted(range(len(dims)), key=dims.__getitem__))
 
 
+def _expand(emit: Emit, view: View, base: tc_ir.Node, src: tc_ir.Node) -> tc_ir.Node:
+    """Eager writes an expanded view only with ops giving every copy of an element one value
+    (``fill_``, ``zero_``; others refuse memory that overlaps itself): the first copy along each
+    broadcast dim is the base's new value."""
+    shape = base.spec.shape
+    for _ in range(len(src.spec.shape) - len(shape)):
+        src = emit(aten.select.int, src, 0, 0)
+    for dim, size in enumerate(shape):
+        if size == 1 and src.spec.shape[dim] != 1:
+            src = emit(aten.slice.Tensor, src, dim, 0, 1)
+    return emit(aten.clone.default, src)
+
+
 def _same(emit: Emit, view: View, base: tc_ir.Node, src: tc_ir.Node) -> tc_ir.Node:
     return src
 
@@ -168,7 +181,7 @@ SCATTER_RULES: dict[Any, Callable] = {
     aten.view: _reshape, aten._reshape_alias: _reshape, aten.unsqueeze: _reshape, aten.squeeze: _reshape,
     aten.flatten: _reshape, aten.unflatten: _reshape,
     aten.transpose: _transpose, aten.t: _transpose, aten.permute: _permute,
-    aten.alias: _same, aten.detach: _same, aten.unbind: _unbind, aten.split: _split,
+    aten.alias: _same, aten.detach: _same, aten.expand: _expand, aten.unbind: _unbind, aten.split: _split,
     aten.split_with_sizes: _split_with_sizes,
 }
 

@@ -20,14 +20,15 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import tc_ir
 
 from .cond import bind_higher_order
-from .trace import Recorder, clean_spec, interpret_unwrapped
+from .trace import Recorder, clean_spec, has_tensor, interpret_unwrapped
 
 
 @attrs.frozen
 class OutputLeaf:
     """How the runtime produces one output: ``graph`` (k-th graph value), ``input`` (the input
-    itself), ``input_view`` (a view of an input, as size/stride/offset), ``output_view`` (a view
-    of the k-th graph value, for outputs aliasing each other) or ``value`` (a constant)."""
+    itself), ``input_view`` (a view of an input: the trace's view ops replayed on the real input,
+    as ``(index, steps, requires_grad)``), ``output_view`` (a view of the k-th graph value, as
+    size/stride/offset, for outputs aliasing each other) or ``value`` (a constant)."""
 
     kind: str
     args: tuple
@@ -61,14 +62,43 @@ def _fake_inputs(mode: FakeTensorMode, graph: tc_ir.Graph, rec: Recorder, inputs
         leaf = mode.from_tensor(value.detach())
         if training and value.requires_grad:
             leaf.requires_grad_(True)
-        # A non-leaf twin lets the graph write to inputs that require grad, as eager allows for
-        # non-leaf tensors; gradients are taken with respect to the leaf (the input's old value).
         with mode:
-            fake = leaf.clone() if leaf.requires_grad else leaf
+            fake = _writable_twin(leaf) if leaf.requires_grad else leaf
         rec.table.fresh(fake, placeholder, input_index=i)
         fakes.append(fake)
         leaves.append(leaf)
     return fakes, leaves
+
+
+def _writable_twin(leaf: torch.Tensor) -> torch.Tensor:
+    """A non-leaf copy of ``leaf`` with its strides, standing for an input that requires grad.
+
+    Being a non-leaf lets the graph write to it, as eager allows for non-leaf inputs; gradients
+    are taken with respect to ``leaf`` (the input's old value). The strides are the input's (a
+    step slice keeps its gaps), so ops whose results depend on the layout (``view``, ``contiguous``,
+    strides of ``empty_like``) trace as they run in eager. Memory that overlaps itself (an expanded
+    input) cannot be copied into: the leaf itself stands for it, and a write to it fails the trace
+    (the umbrella then runs the graph eagerly, where such writes mostly fail too).
+    """
+    if torch._debug_has_internal_overlap(leaf) != 0:
+        return leaf
+    twin = torch.empty_strided(leaf.shape, leaf.stride(), dtype=leaf.dtype, device=leaf.device)
+    return twin.copy_(leaf)
+
+
+def _view_steps(alias: Any) -> tuple:
+    """The view ops carving an output out of an input, to replay on the real input at run time.
+
+    Replaying them (rather than ``as_strided`` with the fake's strides) gives the real input's
+    layout, storage offset and autograd view history, whatever the input's strides.
+    """
+    steps = []
+    for step in alias.chain:
+        if has_tensor((step.args[1:], step.kwargs)):
+            raise NotImplementedError(f"tc_autograd: an output is a view of an input made by {step.op}, "
+                                      "which takes a tensor argument")
+        steps.append((step.op, tuple(step.args[1:]), dict(step.kwargs), step.index))
+    return tuple(steps)
 
 
 def _plan_leaf(value: Any, rec: Recorder, fakes: list[Any], nodes: list[tc_ir.Node],
@@ -82,8 +112,7 @@ def _plan_leaf(value: Any, rec: Recorder, fakes: list[Any], nodes: list[tc_ir.No
         i = alias.storage.input_index
         if value is fakes[i]:
             return OutputLeaf("input", (i,))
-        offset = value.storage_offset() - fakes[i].storage_offset()
-        return OutputLeaf("input_view", (i, tuple(value.shape), tuple(value.stride()), offset, value.requires_grad))
+        return OutputLeaf("input_view", (i, _view_steps(alias), value.requires_grad))
     if alias is not None and id(alias.storage) in shared and value is not alias.storage.root:
         root = alias.storage.root
         offset = value.storage_offset() - root.storage_offset()
@@ -135,6 +164,7 @@ def trace(graph: tc_ir.Graph, inputs: Sequence[Any], decompositions: dict | None
     shared = _shared_storages(outs, rec)
     plan = tc_ir.map_structure(outs, lambda v: _plan_leaf(v, rec, fakes, nodes, tensors, shared))
     mutated = [s.input_index for s in rec.table.mutated_inputs()]
+    _check_writable(inputs, mutated)
     values = nodes + [rec.table.read(fakes[i]) for i in mutated]
     fw_fakes = tensors + [fakes[i] for i in mutated]
     differentiable = [training and f.requires_grad for f in fw_fakes]
@@ -145,6 +175,18 @@ def trace(graph: tc_ir.Graph, inputs: Sequence[Any], decompositions: dict | None
         grads = _trace_backward(mode, rec, fw_fakes, differentiable, [leaves[i] for i in grad_inputs])
     rec.graph.output((tuple(values), tuple(grads)) if is_joint else tuple(values))
     return Traced(rec.graph, plan, len(nodes), mutated, differentiable, grad_inputs if is_joint else [], is_joint)
+
+
+def _check_writable(inputs: Sequence[Any], mutated: list[int]) -> None:
+    """Inputs written by the graph must take a copy-back: memory overlapping itself only along
+    broadcast (stride-0) dims (see ``runtime.distinct_memory``); other overlaps are refused here,
+    before anything runs, so the caller can run the graph eagerly instead."""
+    for i in mutated:
+        t = inputs[i]
+        dense = t.as_strided([1 if s == 0 else n for n, s in zip(t.shape, t.stride())], t.stride())
+        if torch._debug_has_internal_overlap(dense) != 0:
+            raise NotImplementedError(f"tc_autograd: input {i} is written in place but its memory overlaps itself "
+                                      f"(size {tuple(t.shape)}, stride {t.stride()})")
 
 
 def _trace_backward(mode: FakeTensorMode, rec: Recorder, fw_fakes: list[torch.Tensor],

@@ -34,13 +34,33 @@ def copy_back(inputs: Sequence[Any], positions: list[int], values: Sequence[torc
     for i, value in zip(positions, values):
         target = inputs[i]
         grad = torch.is_grad_enabled() and (value.requires_grad or target.requires_grad)
+        if 0 in target.stride():
+            target, value = distinct_memory(target, value)
         with torch.set_grad_enabled(grad):
             target.copy_(value)
 
 
-def input_view(base: torch.Tensor, size: tuple, stride: tuple, offset: int, requires_grad: bool) -> torch.Tensor:
-    """An output that aliases an input (or another output), rebuilt as a real view of it."""
+def distinct_memory(target: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``target`` narrowed so each memory location appears once (``value`` alike).
+
+    Eager lets some ops write to memory that overlaps itself (``fill_``/``zero_`` on an expanded
+    tensor); every element sharing a location then holds the same value, which the first element
+    along each broadcast (stride-0) dim carries. ``copy_`` refuses such a destination.
+    """
+    for dim, (size, stride) in enumerate(zip(target.shape, target.stride())):
+        if stride == 0 and size > 1:
+            target, value = target.narrow(dim, 0, 1), value.narrow(dim, 0, 1)
+    return target, value
+
+
+def output_view(base: torch.Tensor, size: tuple, stride: tuple, offset: int, requires_grad: bool) -> torch.Tensor:
+    """An output that aliases another output, rebuilt as a real view of the graph value they share."""
     view = base.as_strided(size, stride, base.storage_offset() + offset)
+    return keep_grad(view, requires_grad)
+
+
+def keep_grad(view: torch.Tensor, requires_grad: bool) -> torch.Tensor:
+    """``view``, detached when eager's result did not require grad (a view made under ``no_grad``)."""
     return view if requires_grad or not view.requires_grad else view.detach()
 
 
@@ -50,11 +70,19 @@ def make_rebuild(plan: Any) -> tuple[Callable[[Sequence[Any], Sequence[Any]], An
     The plan is fixed per variant, so walking it on every call (closures, isinstance checks)
     is replaced by one straight-line expression; returns the function and its source.
     """
-    names: dict[str, Any] = {"input_view": input_view}
+    names: dict[str, Any] = {"output_view": output_view, "keep_grad": keep_grad}
 
     def constant(value: Any) -> str:
         names[f"c{len(names)}"] = value
         return f"c{len(names) - 1}"
+
+    def replay(base: str, steps: tuple) -> str:
+        # The trace's view ops, called on the real input: eager makes the view (layout, offset,
+        # autograd history) exactly as the user's code would have.
+        for op, args, kwargs, index in steps:
+            items = [base, *map(constant, args), *(f"{k}={constant(x)}" for k, x in kwargs.items())]
+            base = f"{constant(op)}({', '.join(items)})" + ("" if index is None else f"[{index}]")
+        return base
 
     def expr(v: Any) -> str:
         if isinstance(v, OutputLeaf):
@@ -62,10 +90,12 @@ def make_rebuild(plan: Any) -> tuple[Callable[[Sequence[Any], Sequence[Any]], An
                 return f"values[{v.args[0]}]"
             if v.kind == "input":
                 return f"inputs[{v.args[0]}]"
-            if v.kind in ("input_view", "output_view"):
+            if v.kind == "input_view":
+                i, steps, requires_grad = v.args
+                return f"keep_grad({replay(f'inputs[{i}]', steps)}, {requires_grad!r})"
+            if v.kind == "output_view":
                 i, *rest = v.args
-                base = "inputs" if v.kind == "input_view" else "values"
-                return f"input_view({base}[{i}], {', '.join(map(repr, rest))})"
+                return f"output_view(values[{i}], {', '.join(map(repr, rest))})"
             return constant(v.args[0])
         if isinstance(v, tuple) and hasattr(v, "_fields"):
             return f"{constant(type(v))}({', '.join(map(expr, v))})"

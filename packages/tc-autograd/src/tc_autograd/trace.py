@@ -135,7 +135,8 @@ class Recorder(TorchDispatchMode):
             if out is not NotImplemented:
                 return out
         out = func(*args, **kwargs)
-        if has_tensor(out):
+        # ``_foreach_add_`` and friends return nothing: their writes alone must be recorded.
+        if has_tensor(out) or mutated_args(func):
             rule = MUTATION_RULES.get(func)
             (rule or record_op)(self, func, args, kwargs, out)
         return out
@@ -170,12 +171,27 @@ def _record_inplace(rec: Recorder, func: Any, args: tuple, kwargs: dict, out: An
     target = args[0]
     args, kwargs = _defaults_it_lacks(func, functional, args, kwargs)
     node = rec.record(functional, args, kwargs, target)
+    if isinstance(target, (list, tuple)):
+        _write_each(rec, node, target)
+        return
     node.spec = tc_ir.infer_spec(functional, node.args, node.kwargs) or node.spec
     if node.spec.dtype != target.dtype:  # in-place ops keep self's dtype; out-of-place ones promote
         node = rec.emit(aten._to_copy.default, node, dtype=target.dtype, spec=clean_spec(target))
     rec.table.write(target, node)
     if out is not target and isinstance(out, torch.Tensor) and out not in rec.table:
         rec.table.fresh(out, node)
+
+
+def _write_each(rec: Recorder, node: tc_ir.Node, targets: Sequence[torch.Tensor]) -> None:
+    """A ``_foreach_*_`` op wrote every tensor of its list: each gets its item of the functional
+    op's list result, cast back to its dtype where the out-of-place op promotes."""
+    spec = tc_ir.infer_spec(node.target, node.args, node.kwargs) or node.spec
+    node.spec = spec
+    for k, target in enumerate(targets):
+        item = rec.emit(operator.getitem, node, k, spec=spec[k])
+        if spec[k].dtype != target.dtype:
+            item = rec.emit(aten._to_copy.default, item, dtype=target.dtype, spec=clean_spec(target))
+        rec.table.write(target, item)
 
 
 def _defaults_it_lacks(inplace: Any, functional: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
