@@ -1,5 +1,6 @@
 """FX interop on real modules traced by torch.fx."""
 
+import pytest
 import torch
 import torch.fx as fx
 import torch.nn as nn
@@ -56,7 +57,9 @@ def test_convnet_roundtrip():
     g = check_module(ConvNet(), (2, 3, 8, 8))
     text = str(g)
     assert "torch.conv2d" in text or "torch.nn.functional.conv2d" in text
-    assert tc_ir.parse(text) == g
+    # torch-level targets print by name but do not load: text is data (ATen graphs round-trip)
+    with pytest.raises(tc_ir.ParseError, match="cannot be loaded"):
+        tc_ir.parse(text)
 
 
 def test_to_fx_keeps_subgraphs_runnable():

@@ -47,7 +47,11 @@ def trace_key(graph: tc_ir.Graph, inputs: Sequence[Any], variant: Any, options: 
     """The cache key of one variant, or ``None`` when it must not be cached."""
     if graph.tensors:
         return None
-    parts = [graph.format(data=False, name="graph"), *_input_specs(inputs), repr(variant), options["partition"],
+    try:
+        text = graph.format(data=False, name="graph", strict=True)  # exact target names, or no key
+    except (tc_ir.TargetError, TypeError):
+        return None
+    parts = [text, *_input_specs(inputs), repr(variant), options["partition"],
              _decompositions_id(options["decompositions"]), _autocast_state(), _versions()]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:40]
 

@@ -90,10 +90,21 @@ def compile(graph: tc_ir.Graph, example_inputs: list, options: dict | Options | 
             _cache_put(key, record, opts)
     else:
         timer.times["cache_hit"] = 0.0
+        _show_cached(record, graph)
     compiled = _load(record, graph, opts, timer)
     compiled.timings = dict(timer.times)
     _report(timer.times, record)
     return compiled
+
+
+def _show_cached(record: dict, graph: tc_ir.Graph) -> None:
+    """A cache hit shows what it will run, as a compile does (``TC_LOGS=output_code``,
+    ``TC_DEBUG_DIR``): the wrapper and kernel sources read back from the cache."""
+    for k in record["kernels"]:
+        tc_ir.logs.dump("kernel", k["name"], f"# {k['backend']} kernel read back from the cache\n\n{k['source']}")
+        output_code.debug("kernel %s of %s (read back from the cache):\n%s", k["name"], graph.name, k["source"])
+    tc_ir.logs.dump("wrapper", graph.name, record["source"])
+    output_code.debug("wrapper for %s (read back from the cache):\n%s", graph.name, record["source"])
 
 
 # ---- code generation ------------------------------------------------------------------------
@@ -142,6 +153,8 @@ def _generate(lowered: LoweredGraph, sched: Schedule, opts: Options, graph: tc_i
     tc_ir.logs.dump("wrapper", graph.name, source)
     tc_ir.logs.dump("fusion", graph.name, "\n".join(sched.log))
     output_code.debug("wrapper for %s:\n%s", graph.name, source)
+    for k in kernels:
+        output_code.debug("kernel %s of %s:\n%s", k["name"], graph.name, k["source"])
     target_names = {k: _target_name(t) for k, t in targets.items()}
     devices = sorted(set(wrapper_devices(lowered)) | {str(torch.device(s.device)) for s in calls})
     return {"source": source, "devices": devices, "kernels": kernels, "stats": stats,
@@ -262,7 +275,7 @@ def _layout(t: Any, shape: tuple, stride: tuple) -> Any:
 
 def _cache_key(graph: tc_ir.Graph, example_inputs: list, opts: Options) -> str | None:
     try:
-        text = graph.format(data=True, name="graph")
+        text = graph.format(data=True, name="graph", strict=True)  # exact target names, or no key
     except Exception:
         return None
     specs = [str(tc_ir.spec_of(x)) + (str(x.stride()) if isinstance(x, torch.Tensor) else repr(x))

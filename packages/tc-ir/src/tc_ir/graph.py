@@ -155,14 +155,17 @@ class Graph:
 
         verify(self)
 
-    def format(self, data: bool = True, header: str | None = None, name: str | None = None) -> str:
+    def format(self, data: bool = True, header: str | None = None, name: str | None = None,
+               strict: bool = False) -> str:
         """The text form; ``data=False`` leaves out the bytes of held tensors (for logs).
 
         ``name`` replaces the graph's own name in the text: cache keys pass a fixed one, so the
-        same graph has the same key whatever number its name got in this process."""
+        same graph has the same key whatever number its name got in this process. Never raises
+        for a target (one without an exact name prints as ``<name>``); cache keys pass
+        ``strict=True``, which raises ``TargetError`` instead, so two targets never share a key."""
         from .text import format_graph
 
-        return format_graph(self, data=data, header=header, name=name)
+        return format_graph(self, data=data, header=header, name=name, strict=strict)
 
     def __str__(self) -> str:
         return self.format()

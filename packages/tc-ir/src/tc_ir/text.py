@@ -24,7 +24,9 @@ from __future__ import annotations
 import ast
 import base64
 import ctypes
+import functools
 import math
+import operator
 import re
 from typing import Any
 
@@ -33,8 +35,8 @@ import torch
 
 from .graph import Graph
 from .node import Node, map_structure
-from .spec import DTYPES_BY_NAME, SCALAR_TYPES, ScalarSpec, TensorSpec, parse_dim, spec_of
-from .targets import resolve_target, target_name
+from .spec import DTYPES_BY_NAME, SCALAR_TYPES, ScalarSpec, TensorSpec, spec_of, sym
+from .targets import display_name, resolve_target, target_name
 
 VERSION = 1
 _HEADER = f"# tc_ir v{VERSION}"
@@ -45,10 +47,15 @@ class ParseError(ValueError):
 
 
 # ---- printing ---------------------------------------------------------------------------------
-def format_graph(graph: Graph, data: bool = True, header: str | None = None, name: str | None = None) -> str:
+def format_graph(graph: Graph, data: bool = True, header: str | None = None, name: str | None = None,
+                 strict: bool = False) -> str:
+    """The text form. Never raises for a target: one without an exact name prints as ``<name>``
+    (readable, but such text cannot be parsed back). ``strict=True`` raises
+    :class:`~tc_ir.TargetError` instead, for cache keys, where two targets must never share a name."""
     lines = [_HEADER] + ([f"# {line}" for line in header.splitlines()] if header else [])
+    naming = target_name if strict else display_name
     for g in [graph, *graph.subgraphs()]:
-        lines += _format_block(g, name if g is graph and name is not None else g.name)
+        lines += _format_block(g, name if g is graph and name is not None else g.name, naming)
     held = {key: value for g in [graph, *graph.subgraphs()] for key, value in g.tensors.items()}
     if held:
         lines.append("")
@@ -56,22 +63,31 @@ def format_graph(graph: Graph, data: bool = True, header: str | None = None, nam
     return "\n".join(lines) + "\n"
 
 
-def _format_block(graph: Graph, name: str) -> list[str]:
+def _format_block(graph: Graph, name: str, naming: Any) -> list[str]:
     lines = [f"graph {name}:"]
     for node in graph.nodes:
-        lines.append(f"  %{node.name}: {format_spec(node.spec)} = {_format_rhs(node)}")
-    lines.append(f"  return {format_value(graph.outputs)}")
+        lines.append(f"  %{node.name}: {format_spec(node.spec)} = {_format_rhs(node, naming)}")
+    lines.append(f"  return {(format_value if naming is target_name else _show_value)(graph.outputs)}")
     return lines
 
 
-def _format_rhs(node: Node) -> str:
+def _format_rhs(node: Node, naming: Any) -> str:
     if node.op == "input":
         return "input"
     if node.op in ("param", "constant"):
         return f"{node.op} {node.target!r}"
-    args = [format_value(a) for a in node.args]
-    args += [f"{k}={format_value(v)}" for k, v in node.kwargs.items()]
-    return f"{target_name(node.target)}({', '.join(args)})"
+    show = format_value if naming is target_name else _show_value
+    args = [show(a) for a in node.args]
+    args += [f"{k}={show(v)}" for k, v in node.kwargs.items()]
+    return f"{naming(node.target)}({', '.join(args)})"
+
+
+def _show_value(value: Any) -> str:
+    """``format_value``, or a readable stand-in for a value text cannot hold (display only)."""
+    try:
+        return format_value(value)
+    except Exception:
+        return f"<{type(value).__name__}>"
 
 
 def format_spec(spec: Any) -> str:
@@ -131,42 +147,68 @@ def _tensor_bytes(t: torch.Tensor) -> str:
 
 
 # ---- parsing ----------------------------------------------------------------------------------
+#
+# Text may come from anywhere (an exported file, a cache entry, a bundle), so parsing treats it as
+# hostile data: targets resolve only through targets.resolve_target (torch.ops overloads and a fixed
+# table; nothing imported), literals through ast without eval, sizes through a small arithmetic
+# grammar (never sympy.sympify, which evaluates Python), tensor data only after its size is checked
+# against its spec, and sub-graph references without cycles. Every failure is a ParseError that
+# names the line; nothing else escapes.
 _NODE_LINE = re.compile(r"^\s+%(\w+): (.*?) = (.*)$")
 _REF = re.compile(r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")|([%@])(\w+)""")
+_GRAPH_NAME = re.compile(r"\w{1,200}")
+MAX_TENSOR_BYTES = 1 << 36  # 64 GiB: a spec asking for more is taken for damage, not a model
+_MAX_DIMS = 64
 
 
-def parse(text: str) -> Graph:
-    """Parse the text form back into a graph (the inverse of ``str(graph)``)."""
+def parse(text: str | bytes) -> Graph:
+    """Parse the text form back into a graph (the inverse of ``str(graph)``).
+
+    Raises :class:`ParseError` (naming the line) for anything that is not well-formed tc_ir text:
+    bad UTF-8, unknown or unloadable targets, malformed specs, data of the wrong size, cycles."""
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ParseError(f"text is not UTF-8 (byte {e.start})") from None
+    if not isinstance(text, str):
+        raise ParseError(f"expected text, got {type(text).__name__}")
     lines = text.splitlines()
-    if not lines or not lines[0].startswith("# tc_ir v"):
+    if not lines or not re.fullmatch(r"# tc_ir v\d{1,6}", lines[0].strip()):
         raise ParseError("line 1: not tc_ir text (missing '# tc_ir v1' header)")
-    version = int(lines[0].removeprefix("# tc_ir v"))
+    version = int(lines[0].strip().removeprefix("# tc_ir v"))
     if version > VERSION:
         raise ParseError(f"line 1: text is tc_ir v{version}; this tc_ir reads up to v{VERSION}")
     blocks, data = _split(lines)
-    graphs = {name: Graph(name) for name, _ in blocks}
-    for key, (kind, spec, payload) in data.items():
-        data[key] = _load_data(kind, spec, payload)
-    for name, body in blocks:
-        _parse_block(graphs[name], body, graphs, data)
+    graphs = {name: Graph(name) for name, _, _ in blocks}
+    loaded = {key: _load_data_line(lineno, kind, spec, payload) for key, (lineno, kind, spec, payload) in data.items()}
+    refs: dict[str, set[str]] = {}
+    for name, _, body in blocks:
+        refs[name] = _parse_block(graphs[name], body, graphs, loaded)
+    _check_acyclic(blocks[0][0], refs, {name: lineno for name, lineno, _ in blocks})
     return graphs[blocks[0][0]]
 
 
-def _split(lines: list[str]) -> tuple[list[tuple[str, list]], dict]:
-    blocks: list[tuple[str, list]] = []
+def _split(lines: list[str]) -> tuple[list[tuple[str, int, list]], dict]:
+    blocks: list[tuple[str, int, list]] = []
     data: dict[str, Any] = {}
     for lineno, line in enumerate(lines, 1):
         if not line.strip() or line.startswith("#"):
             continue
         if line.startswith("graph "):
-            blocks.append((line[6:].rstrip(":"), []))
+            name = line[6:].rstrip().removesuffix(":")
+            if not _GRAPH_NAME.fullmatch(name) or any(name == b[0] for b in blocks):
+                raise ParseError(f"line {lineno}: bad or repeated graph name {name!r}")
+            blocks.append((name, lineno, []))
         elif line.startswith("data "):
             key, rest = _parse_data_line(line, lineno)
-            data[key] = rest
+            if key in data:
+                raise ParseError(f"line {lineno}: data {key!r} is defined twice")
+            data[key] = (lineno, *rest)
         elif blocks:
-            blocks[-1][1].append((lineno, line))
+            blocks[-1][2].append((lineno, line))
         else:
-            raise ParseError(f"line {lineno}: expected 'graph NAME:', got {line!r}")
+            raise ParseError(f"line {lineno}: expected 'graph NAME:', got {line[:80]!r}")
     if not blocks:
         raise ParseError("no graph in text")
     return blocks, data
@@ -177,7 +219,18 @@ def _parse_data_line(line: str, lineno: int) -> tuple[str, tuple]:
     if not match:
         raise ParseError(f"line {lineno}: malformed data line")
     key, kind, spec, payload = match.groups()
-    return ast.literal_eval(key), (kind, spec and parse_spec(spec), payload)
+    try:
+        key = ast.literal_eval(key)
+        return key, (kind, spec and parse_spec(spec), payload)
+    except Exception as e:
+        raise ParseError(f"line {lineno}: {e}") from None
+
+
+def _load_data_line(lineno: int, kind: str | None, spec: Any, payload: str) -> Any:
+    try:
+        return _load_data(kind, spec, payload)
+    except Exception as e:
+        raise ParseError(f"line {lineno}: data: {e}") from None
 
 
 def _load_data(kind: str | None, spec: Any, payload: str) -> Any:
@@ -185,36 +238,80 @@ def _load_data(kind: str | None, spec: Any, payload: str) -> Any:
         return _Evaluator({}, {}).eval_text(payload)
     if payload == "...":
         raise ParseError("text was written without tensor data (format(data=False)); cannot rebuild it")
-    raw = bytearray(base64.b64decode(ast.literal_eval(payload[3:])))
+    nbytes = checked_nbytes(spec)
+    if not (payload.startswith("b64'") and payload.endswith("'")) or abs(len(payload) - 5 - nbytes * 4 // 3) > 8:
+        raise ParseError(f"payload is not base64 of {nbytes} bytes")
+    raw = bytearray(base64.b64decode(payload[4:-1], validate=True))
+    if len(raw) != nbytes:
+        raise ParseError(f"payload has {len(raw)} bytes, spec {spec} needs {nbytes}")
     flat = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
-    dense = flat.view(spec.dtype).reshape(spec.shape)
-    device = spec.device if spec.device.type == "cpu" or _device_available(spec.device) else "cpu"
+    return tensor_of_spec(flat.view(spec.dtype).reshape(spec.shape), spec, kind == "param")
+
+
+def checked_nbytes(spec: Any) -> int:
+    """Bytes of a held tensor's dense data; raises ParseError for specs no real tensor has
+    (symbolic or negative sizes, strides reaching far past the data, absurd totals)."""
+    if not isinstance(spec, TensorSpec):
+        raise ParseError("held tensor needs a tensor spec")
+    dims = [*spec.shape, *(spec.stride or ())]
+    if not all(isinstance(d, int) and 0 <= d < 1 << 62 for d in dims) or len(spec.shape) > _MAX_DIMS:
+        raise ParseError(f"held tensor spec {spec} has sizes or strides no tensor has")
+    numel = math.prod(spec.shape)
+    nbytes = numel * spec.dtype.itemsize
+    extent = 1 + sum((n - 1) * s for n, s in zip(spec.shape, spec.stride or ())) if numel else 0
+    if nbytes > MAX_TENSOR_BYTES or extent > 16 * numel + 64:
+        raise ParseError(f"held tensor spec {spec} is too large ({nbytes} bytes, extent {extent})")
+    return nbytes
+
+
+def tensor_of_spec(dense: torch.Tensor, spec: TensorSpec, param: bool) -> torch.Tensor:
+    """``dense`` laid out with the spec's strides on its device (CPU when that is absent)."""
+    device = spec.device if spec.device.type == "cpu" or _device_available(spec.device) else torch.device("cpu")
     value = torch.empty_strided(spec.shape, spec.stride, dtype=spec.dtype, device=device).copy_(dense)
-    return torch.nn.Parameter(value, requires_grad=spec.requires_grad) if kind == "param" else value
+    return torch.nn.Parameter(value, requires_grad=spec.requires_grad) if param else value
 
 
 def _device_available(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.is_available()
 
 
-def _parse_block(graph: Graph, body: list, graphs: dict[str, Graph], data: dict) -> None:
+def _parse_block(graph: Graph, body: list, graphs: dict[str, Graph], data: dict) -> set[str]:
+    """Fill ``graph`` from its lines; returns the names of the sub-graphs it refers to."""
     env: dict[str, Node] = {}
     evaluator = _Evaluator(env, graphs)
     for lineno, line in body:
+        match = None
         try:
             if line.strip().startswith("return "):
                 graph.output(evaluator.eval_text(line.strip()[7:]))
                 continue
             match = _NODE_LINE.match(line)
             if not match:
-                raise ParseError(f"expected '%name: spec = ...', got {line.strip()!r}")
+                raise ParseError(f"expected '%name: spec = ...', got {line.strip()[:80]!r}")
             name, spec_text, rhs = match.groups()
-            node = _parse_rhs(graph, name, parse_spec(spec_text), rhs, evaluator, data)
-            if node.name != name:
+            if name in env:
                 raise ParseError(f"node name %{name} is used twice")
-            env[name] = node
-        except (ParseError, SyntaxError, ValueError, KeyError, TypeError) as e:
-            raise ParseError(f"line {lineno}: {e}") from e
+            env[name] = _parse_rhs(graph, name, parse_spec(spec_text), rhs, evaluator, data)
+        except Exception as e:  # hostile text: every failure becomes a ParseError with its line
+            where = f"line {lineno}" + (f" (%{match.group(1)})" if match else "")
+            raise ParseError(f"{where}: {e}" if str(e) else f"{where}: {type(e).__name__}") from None
+    return evaluator.graph_refs
+
+
+def _check_acyclic(main: str, refs: dict[str, set[str]], linenos: dict[str, int]) -> None:
+    """A sub-graph may not (even indirectly) contain itself or the main graph."""
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+
+    def visit(name: str) -> None:
+        state[name] = 1
+        for inner in sorted(refs.get(name, ())):
+            if state.get(inner) == 1 or inner == main:
+                raise ParseError(f"line {linenos[inner]}: graph {inner} refers to itself (a cycle through @{inner})")
+            if inner not in state:
+                visit(inner)
+        state[name] = 2
+
+    visit(main)
 
 
 def _parse_rhs(graph: Graph, name: str, spec: Any, rhs: str, evaluator: _Evaluator, data: dict) -> Node:
@@ -223,13 +320,16 @@ def _parse_rhs(graph: Graph, name: str, spec: Any, rhs: str, evaluator: _Evaluat
     if rhs.startswith(("param ", "constant ")):
         op, key = rhs.split(" ", 1)
         key = ast.literal_eval(key)
-        if key not in data:
+        if not isinstance(key, str) or key not in data:
             raise ParseError(f"{op} {key!r} has no data line")
         graph.tensors[key] = data[key]
         return graph._add(name, op, key, (), {}, spec)
-    target_text, _, _ = rhs.partition("(")
+    target_text, paren, _ = rhs.partition("(")
+    if not paren or not rhs.endswith(")"):
+        raise ParseError(f"expected 'target(args)', got {rhs[:80]!r}")
+    target = resolve_target(target_text.strip())
     args, kwargs = evaluator.eval_call("f(" + rhs[len(target_text) + 1:])
-    return graph._add(name, "call", resolve_target(target_text), args, kwargs, spec)
+    return graph._add(name, "call", target, args, kwargs, spec)
 
 
 def parse_spec(text: str) -> Any:
@@ -238,14 +338,54 @@ def parse_spec(text: str) -> Any:
         return None
     if text in SCALAR_TYPES:
         return ScalarSpec(SCALAR_TYPES[text])
-    if text.startswith("("):
+    if text.startswith("(") and text.endswith(")"):
         return tuple(parse_spec(part) for part in _split_top(text[1:-1]) if part.strip())
     match = re.match(r"^(\w+)\[(.*?)\] (\S+)( stride=\[(.*?)\])?( grad)?$", text)
     if not match or match.group(1) not in DTYPES_BY_NAME:
-        raise ParseError(f"malformed spec {text!r}")
+        raise ParseError(f"malformed spec {text[:80]!r}")
     dtype, shape, device, _, stride, grad = match.groups()
-    dims = lambda s: tuple(parse_dim(d) for d in s.split(",") if d.strip())  # noqa: E731
-    return TensorSpec(dims(shape), DTYPES_BY_NAME[dtype], device, dims(stride) if stride else None, bool(grad))
+    dims = lambda s: tuple(parse_size(d) for d in s.split(",") if d.strip())  # noqa: E731
+    try:
+        return TensorSpec(dims(shape), DTYPES_BY_NAME[dtype], device, dims(stride) if stride else None, bool(grad))
+    except ParseError:
+        raise
+    except Exception as e:
+        raise ParseError(f"malformed spec {text[:80]!r}: {e}") from None
+
+
+_SIZE_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+             ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+_SIZE_FUNCS = {"floor": sympy.floor, "ceiling": sympy.ceiling, "Max": sympy.Max, "Min": sympy.Min,
+               "Mod": sympy.Mod, "Abs": sympy.Abs}
+
+
+def parse_size(text: str) -> int | sympy.Expr:
+    """One size, as :func:`tc_ir.spec.format_dim` writes it: an int, or arithmetic over size
+    symbols (``2*s0``, ``floor(s0/2)``); read with a small grammar, never by evaluating it."""
+    text = text.strip()
+    if len(text) > 256:
+        raise ParseError(f"size expression too long ({len(text)} characters)")
+    if re.fullmatch(r"-?\d{1,20}", text):
+        return int(text)
+    expr = _size_expr(ast.parse(text, mode="eval").body)
+    return int(expr) if expr.is_Integer else expr
+
+
+def _size_expr(tree: ast.AST) -> sympy.Expr:
+    if isinstance(tree, ast.Constant) and type(tree.value) is int and abs(tree.value) < 1 << 62:
+        return sympy.Integer(tree.value)
+    if isinstance(tree, ast.Name) and re.fullmatch(r"[a-z][a-z0-9_]{0,31}", tree.id):
+        return sym(tree.id)
+    if isinstance(tree, ast.UnaryOp) and isinstance(tree.op, ast.USub):
+        return -_size_expr(tree.operand)
+    if isinstance(tree, ast.BinOp) and type(tree.op) in _SIZE_OPS:
+        small_power = isinstance(tree.right, ast.Constant) and type(tree.right.value) is int and 0 <= tree.right.value <= 8
+        if not isinstance(tree.op, ast.Pow) or small_power:
+            return _SIZE_OPS[type(tree.op)](_size_expr(tree.left), _size_expr(tree.right))
+    if isinstance(tree, ast.Call) and isinstance(tree.func, ast.Name) and tree.func.id in _SIZE_FUNCS \
+            and not tree.keywords and 1 <= len(tree.args) <= 8:
+        return _SIZE_FUNCS[tree.func.id](*[_size_expr(a) for a in tree.args])
+    raise ParseError(f"unexpected size expression {ast.unparse(tree)[:80]!r}")
 
 
 def _split_top(text: str) -> list[str]:
@@ -263,6 +403,7 @@ class _Evaluator:
 
     def __init__(self, env: dict[str, Node], graphs: dict[str, Graph]):
         self.env, self.graphs = env, graphs
+        self.graph_refs: set[str] = set()
 
     def eval_text(self, text: str) -> Any:
         return self._eval(ast.parse(self._mark_refs(text), mode="eval").body)
@@ -308,6 +449,9 @@ class _Evaluator:
                 raise ParseError(f"%{name[7:]} is used before it is defined")
             return self.env[name[7:]]
         if name.startswith("__graph_"):
+            if name[8:] not in self.graphs:
+                raise ParseError(f"@{name[8:]} names no graph in this text")
+            self.graph_refs.add(name[8:])
             return self.graphs[name[8:]]
         constants = {"inf": math.inf, "nan": math.nan}
         if name not in constants:
@@ -317,19 +461,26 @@ class _Evaluator:
     def _eval_Attribute(self, tree: ast.Attribute) -> Any:
         if not (isinstance(tree.value, ast.Name) and tree.value.id == "torch"):
             raise ParseError(f"unexpected attribute {ast.unparse(tree)!r}")
-        value = getattr(torch, tree.attr, None)
-        if not isinstance(value, (torch.dtype, torch.memory_format, torch.layout)):
+        value = _torch_constants().get(tree.attr)  # never getattr(torch, ...): it may import
+        if value is None:
             raise ParseError(f"unexpected attribute {ast.unparse(tree)!r}")
         return value
 
     def _eval_Call(self, tree: ast.Call) -> Any:
+        if tree.keywords:
+            raise ParseError(f"unexpected keywords in {ast.unparse(tree)[:80]!r}")
         fn = ast.unparse(tree.func)
         args = [self._eval(a) for a in tree.args]
         builders = {"slice": slice, "device": torch.device, "complex": complex,
-                    "sym": parse_dim, "torch.Size": torch.Size}
+                    "sym": parse_size, "torch.Size": torch.Size}
         if fn not in builders:
             raise ParseError(f"unexpected call {fn}(...)")
         return builders[fn](*args)
+
+
+@functools.cache
+def _torch_constants() -> dict[str, Any]:
+    return {k: v for k, v in vars(torch).items() if isinstance(v, (torch.dtype, torch.memory_format, torch.layout))}
 
 
 # ---- copying ----------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from typing import Any
 from .graph import Graph, infer_spec
 from .node import NODE_OPS, Node, leaves, nodes_in
 from .spec import ScalarSpec, TensorSpec, spec_of
-from .targets import TargetError, resolve_target, target_name
+from .targets import TargetError, target_name
 from .text import format_value
 
 
@@ -85,9 +85,7 @@ def _check_node_kind(graph: Graph, node: Node, check_specs: bool) -> None:
     if node.op != "call":
         return
     try:
-        resolved = resolve_target(target_name(node.target))
-        if resolved is not node.target and not (isinstance(resolved, str) and resolved == node.target):
-            raise TargetError("its name resolves to another object")
+        target_name(node.target)  # raises unless the target has an exact name (no import, no load)
     except TargetError as e:
         _fail(graph, node, f"target does not resolve: {e}")
     _check_printable(graph, node, (node.args, node.kwargs))
