@@ -51,6 +51,18 @@ def package(session: nox.Session, name: str) -> None:
     session.run("pytest", f"packages/{name}/tests", *session.posargs)
 
 
+# timm imports torchvision; PyPI's 0.28.0 (the one for torch 2.13) is a CUDA build: tests/zoo/tv_cpu.py says why it still imports
+ZOO_TOOLS = ["timm==1.0.31", "torchvision==0.28.0"]
+
+
+@nox.session
+def zoo(session: nox.Session) -> None:
+    """Model zoo: tiny timm and HF models, inference and a training step, tc.compile vs eager, then a table."""
+    _install(session, PACKAGES)
+    session.install(*PINS, *ZOO_TOOLS)
+    session.run("pytest", "tests/zoo", *session.posargs, env={"TC_ZOO": "full"})
+
+
 @nox.session
 def deps(session: nox.Session) -> None:
     """Fail if a package imports one of ours that it does not declare, or breaks DESIGN.md's direction."""

@@ -1,0 +1,177 @@
+"""Run one zoo case through ``tc.compile`` and eager, and say how they compare.
+
+Inference: ``model.eval()`` under ``torch.no_grad()``; every tensor in the output is compared
+(logits, losses, and HF key/value caches). Training: ``model.train()`` with every dropout and
+stochastic-depth probability at zero (so the step is deterministic; batch norm still uses batch
+statistics and updates its running buffers), ``loss.backward()``; the loss, the gradient of every
+parameter and every buffer afterwards are compared. Each task runs twice with different random
+inputs (the second call hits the compiled code, or recompiles), on a fresh copy of one seeded
+model: eager runs the original, tc a ``copy.deepcopy``.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from zoo_models import ZooCase
+
+import tc
+
+# Tolerances (float32 on the CPU): |tc - eager| <= ATOL * max(1, max|eager|) + RTOL * |eager|,
+# elementwise per tensor. The scaled atol keeps tiny gradients of a large tensor from failing on
+# summation order alone; a real error (a wrong view, a dropped update) is far above these.
+TOL = {"infer": (1e-3, 1e-4), "train": (2e-3, 2e-4)}  # (rtol, atol)
+
+
+@dataclass
+class ZooResult:
+    """One row of the zoo table."""
+
+    model: str
+    task: str
+    match: bool = False
+    max_abs_err: float = float("nan")
+    worst: str = ""  # the tensor with the largest error beyond tolerance
+    graphs: int = -1
+    breaks: int = -1
+    fallbacks: int = 0
+    compile_s: float = float("nan")
+    error: str = ""
+    break_reasons: tuple[str, ...] = ()
+    fallback_messages: tuple[str, ...] = ()
+    known: str = ""  # the finding of a known failure (test_zoo.KNOWN)
+
+    @property
+    def ok(self) -> bool:
+        return self.match and not self.fallbacks and not self.error
+
+
+def run_case(case: ZooCase, task: str) -> ZooResult:
+    """Compile ``case`` for ``task`` ("infer" or "train"), compare with eager, count graphs."""
+    result = ZooResult(case.name, task)
+    torch.manual_seed(0)
+    eager = case.build()
+    _set_mode(eager, task)
+    compiled_model = copy.deepcopy(eager)
+    explain_model = copy.deepcopy(eager)
+    first = case.inputs(torch.Generator().manual_seed(1))
+    try:
+        _explain(result, explain_model, first, task)
+        compiled = tc.compile(compiled_model)
+        for call, inputs in enumerate([first, case.inputs(torch.Generator().manual_seed(2))]):
+            expected = _run(eager, case, inputs, task)
+            start = time.perf_counter()
+            actual = _with_warnings(result, lambda i=inputs: _run(compiled, case, i, task, compiled_model))
+            if call == 0:
+                result.compile_s = time.perf_counter() - start
+            _compare(result, expected, actual, task, prefix=f"call{call + 1}.")
+    except Exception as e:  # a crash where eager works is a result, reported in the table
+        result.match = False
+        result.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+    return result
+
+
+def _set_mode(model: torch.nn.Module, task: str) -> None:
+    model.train(task == "train")
+    for m in model.modules():
+        if isinstance(m, torch.nn.modules.dropout._DropoutNd):
+            m.p = 0.0
+        if isinstance(getattr(m, "drop_prob", None), float):  # timm DropPath (stochastic depth)
+            m.drop_prob = 0.0
+
+
+def _explain(result: ZooResult, model: torch.nn.Module, inputs: dict[str, Any], task: str) -> None:
+    with torch.set_grad_enabled(task == "train"):
+        report = tc.explain(model, **_model_kwargs(inputs, task))
+    result.graphs, result.breaks = report.graph_count, report.graph_break_count
+    result.break_reasons = tuple(str(b) for b in report.break_reasons)
+    if report.graph_count == 0:  # the whole forward runs eagerly: nothing of the model was compiled
+        result.fallbacks += 1
+        result.fallback_messages += ("no graph captured: " + "; ".join(result.break_reasons)[:250],)
+
+
+def _model_kwargs(inputs: dict[str, Any], task: str) -> dict[str, Any]:
+    """The model's arguments: HF models get ``labels`` (and compute their loss) only in training."""
+    return {k: v for k, v in inputs.items() if k != "target" and (task == "train" or k != "labels")}
+
+
+def _run(model: Any, case: ZooCase, inputs: dict[str, Any], task: str,
+         params_of: torch.nn.Module | None = None) -> dict[str, torch.Tensor]:
+    """Outputs (inference) or loss, gradients and buffers (training), flattened by name."""
+    owner = params_of if params_of is not None else model
+    if task == "infer":
+        with torch.no_grad():
+            return dict(_flatten(model(**_model_kwargs(inputs, task)), "out"))
+    owner.zero_grad(set_to_none=True)
+    loss = case.loss(model(**_model_kwargs(inputs, task)), inputs)
+    loss.backward()
+    found = {"loss": loss.detach()}
+    found.update({f"grad.{n}": p.grad for n, p in owner.named_parameters() if p.grad is not None})
+    found.update({f"buffer.{n}": b for n, b in owner.named_buffers()})
+    missing = [n for n, p in owner.named_parameters() if p.requires_grad and p.grad is None]
+    found.update({f"nograd.{n}": torch.zeros(()) for n in missing})
+    return found
+
+
+def _flatten(value: Any, path: str, depth: int = 0):
+    """Every tensor inside an output: tuples, lists, dicts, ModelOutputs and cache objects."""
+    if isinstance(value, torch.Tensor):
+        yield path, value
+    elif depth > 6 or value is None or isinstance(value, (str, int, float, bool, torch.nn.Module)):
+        return
+    elif isinstance(value, dict):
+        for k in value:
+            yield from _flatten(value[k], f"{path}.{k}", depth + 1)
+    elif isinstance(value, (tuple, list)):
+        for i, v in enumerate(value):
+            yield from _flatten(v, f"{path}[{i}]", depth + 1)
+    elif hasattr(value, "__dict__"):  # e.g. a DynamicCache and its layers' keys and values
+        for k, v in sorted(vars(value).items()):
+            yield from _flatten(v, f"{path}.{k}", depth + 1)
+
+
+def _with_warnings(result: ZooResult, fn):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = fn()
+    ours = [str(w.message) for w in caught if str(w.message).startswith(("tc:", "tc_"))]
+    result.fallbacks += len(ours)
+    result.fallback_messages += tuple(m[:300] for m in ours)
+    for w in caught:
+        if not str(w.message).startswith(("tc:", "tc_")):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return out
+
+
+def _compare(result: ZooResult, expected: dict, actual: dict, task: str, prefix: str) -> None:
+    rtol, atol = TOL[task]
+    if set(expected) != set(actual):
+        diff = sorted(set(expected) ^ set(actual))[:4]
+        raise AssertionError(f"outputs differ in structure: {diff}")
+    worst_excess = 0.0
+    for name, want in expected.items():
+        err, excess = _error(actual[name], want, rtol, atol)
+        result.max_abs_err = err if result.max_abs_err != result.max_abs_err else max(result.max_abs_err, err)
+        if excess > worst_excess:
+            worst_excess, result.worst = excess, prefix + name
+    result.match = not result.worst  # stays False once a tensor of an earlier call failed
+
+
+def _error(got: torch.Tensor, want: torch.Tensor, rtol: float, atol: float) -> tuple[float, float]:
+    """(max abs error, how far past tolerance: > 0 fails). Shape, dtype or NaN placement differences fail."""
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return float("inf"), float("inf")
+    if want.numel() == 0:
+        return 0.0, 0.0
+    got, want = got.detach().double(), want.detach().double()
+    if not torch.equal(got.isnan(), want.isnan()):
+        return float("inf"), float("inf")
+    got, want = got.nan_to_num(), want.nan_to_num()
+    diff = (got - want).abs()
+    allowed = atol * max(1.0, want.abs().max().item()) + rtol * want.abs()
+    return diff.max().item(), (diff - allowed).max().item()
