@@ -19,6 +19,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 import tc_ir
 from tc_ir import Node, TensorSpec
+from tc_ir.spec import contiguous_strides
 
 from . import kir, padding
 from .cond import lower_cond
@@ -31,7 +32,6 @@ from .ir import (
     Pointwise,
     TensorValue,
     Unsupported,
-    contiguous_stride,
     is_dense,
 )
 from .lowering import LOWERINGS
@@ -90,7 +90,7 @@ class GraphLowering:
         if isinstance(value, BufferValue) and (stride is None or tuple(value.stride) == tuple(stride)):
             return value
         if stride is None:
-            stride = getattr(value, "preferred_stride", None) or contiguous_stride(value.shape)
+            stride = getattr(value, "preferred_stride", None) or contiguous_strides(value.shape)
         stride = tuple(stride)
         buf = ComputedBuffer(self.new_name(), value.shape, stride, value.dtype, value.device,
                              lambda index, rindex, value=value: value.load(index))
@@ -126,7 +126,7 @@ class GraphLowering:
         return window if isinstance(window, BufferValue) else value
 
     def reduction(self, shape, dtype, device, body, rranges, reduction_type, reduced_dims=()) -> BufferValue:
-        buf = ComputedBuffer(self.new_name(), tuple(shape), contiguous_stride(shape), dtype, device, body,
+        buf = ComputedBuffer(self.new_name(), tuple(shape), contiguous_strides(shape), dtype, device, body,
                              tuple(rranges), reduction_type, tuple(reduced_dims))
         self._add_computed(buf)
         return buf.value()
@@ -201,7 +201,7 @@ class GraphLowering:
                     and tuple(leaf.shape) == tuple(value.shape):
                 value.preferred_stride = leaf.stride  # realized as eager would lay it out
         if node in self._pad and isinstance(result, Pointwise) and isinstance(node.spec, TensorSpec):
-            stride = getattr(result, "preferred_stride", None) or contiguous_stride(result.shape)
+            stride = getattr(result, "preferred_stride", None) or contiguous_strides(result.shape)
             padded = padding.padded_stride(result.shape, tuple(stride), result.dtype, result.device, self._pad_mode)
             if padded is not None:  # a matmul reads it: rows aligned for the vendor GEMM
                 result.preferred_stride = padded
@@ -365,7 +365,7 @@ def _dense(spec: TensorSpec) -> bool:
 
 
 def _stride_of(v: TensorValue) -> tuple:
-    return v.stride if isinstance(v, BufferValue) else contiguous_stride(v.shape)
+    return v.stride if isinstance(v, BufferValue) else contiguous_strides(v.shape)
 
 
 def _expensive(value: Pointwise) -> bool:

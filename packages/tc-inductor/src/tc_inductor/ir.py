@@ -146,11 +146,3 @@ def is_dense(shape: Sequence[Any], stride: Sequence[Any]) -> bool:
             return False
         expected *= n
     return True
-
-
-def contiguous_stride(shape: Sequence[Any]) -> tuple:
-    strides, running = [], sympy.Integer(1)
-    for size in reversed(shape):
-        strides.append(running)
-        running = running * (as_expr(size) if size != 1 else 1)
-    return tuple(int(s) if getattr(s, "is_Integer", False) else s for s in reversed(strides))

@@ -22,6 +22,10 @@ class Ops(enum.Enum):
     CONST = enum.auto()      # arg=python number
     INDEX = enum.auto()      # arg=sympy expr over loop variables, as an int64 value
     SIZE = enum.auto()       # arg=scalar argument name (a runtime Python number)
+    # src=(index,), arg=(size, wraps): a data-dependent index into a dim of ``size`` (an int or a
+    # sympy size), negative ones wrapped first when ``wraps``; out of [0, size) the launch fails
+    # with an IndexError (C++) or a device-side assert (Triton), as eager raises
+    CHECK_INDEX = enum.auto()
     REDUCED = enum.auto()    # arg=name of an in-kernel reduction: its per-row result
     SEED = enum.auto()       # arg=(buffer, slot): one random op's int64 seed, the same for every element
     #                          (kernels take the slot as an argument: Kernel.seeds)
@@ -102,6 +106,17 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in LOW_PRECISION else dtype
 
 
+def arg_key(arg: Any) -> Any:
+    """What ``UOp.arg`` is compared and hashed by. Python numbers compare by value, so ``0.0 ==
+    -0.0``, ``1 == 1.0 == True`` and ``nan != nan``; as a key that would merge ``x / 0.0`` and
+    ``x / -0.0`` into one printed constant. The key is the number's type and exact text instead."""
+    if isinstance(arg, (bool, int, float)):
+        return (type(arg).__name__, repr(arg))
+    if isinstance(arg, tuple):
+        return tuple(arg_key(a) for a in arg)
+    return arg
+
+
 @attrs.frozen(cache_hash=True)
 class UOp:
     """One kernel-IR value. ``dtype`` is the dtype it is computed in."""
@@ -109,7 +124,7 @@ class UOp:
     op: Ops
     dtype: torch.dtype
     src: tuple[UOp, ...] = ()
-    arg: Any = None
+    arg: Any = attrs.field(default=None, eq=arg_key)
 
     def __repr__(self) -> str:
         inner = ", ".join([repr(s) for s in self.src] + ([str(self.arg)] if self.arg is not None else []))
@@ -154,6 +169,17 @@ def load(buffer: str, index: sympy.Expr, dtype: torch.dtype) -> UOp:
 def index_value(expr: Any) -> UOp:
     expr = sympy.sympify(expr)
     return UOp(Ops.INDEX, torch.int64, indirect_sources(expr), expr)
+
+
+def checked_index(value: UOp, size: Any, wraps: bool) -> UOp:
+    """``value`` (int64) as an index into a dim of ``size``: see ``Ops.CHECK_INDEX``."""
+    return UOp(Ops.CHECK_INDEX, torch.int64, (cast(value, torch.int64),), (sympy.sympify(size), bool(wraps)))
+
+
+def has_index_checks(kernel: Kernel) -> bool:
+    """Whether ``kernel`` reads through data-dependent indices it must bounds-check."""
+    return any(u.op is Ops.CHECK_INDEX for stage in kernel.stages for s in stage.inner + stage.outer
+               for u in s.value.toposort())
 
 
 def cast(x: UOp, dtype: torch.dtype) -> UOp:

@@ -67,6 +67,9 @@ def normalize_dim(dim: Any) -> int | sympy.Expr:
 
 
 def contiguous_strides(shape: Sequence[int | sympy.Expr]) -> tuple[int | sympy.Expr, ...]:
+    """Row-major strides of ``shape`` as ``torch.empty(shape).stride()`` gives them: a size-0 or
+    size-1 dim counts as 1 in the running product (``(3, 0)`` → ``(1, 1)``). The one copy of
+    this rule: tc_inductor allocates with it too."""
     strides, running = [], 1
     for size in reversed(shape):
         strides.append(running)

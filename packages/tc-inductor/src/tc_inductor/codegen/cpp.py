@@ -61,6 +61,20 @@ static inline double tc_erfinv(double y) {
   for (int i = 0; i < 2; i++) { double err = std::erf(x) - y; x -= err / (1.1283791670955126 * std::exp(-x * x)); }
   return x;
 }
+// A data-dependent index checked against its dim's size (negative ones wrapped first when the
+// op wraps them): one unsigned compare. Out of range, the first failure's index and size go to
+// err (read by the launcher, which raises) and 0 is used instead, so no load leaves the tensor.
+static inline int64_t tc_index(int64_t i, int64_t n, bool wraps, int64_t* err) {
+  int64_t j = (wraps && i < 0) ? i + n : i;
+  if (__builtin_expect((uint64_t)j >= (uint64_t)n, 0)) {
+    int64_t expected = 0;
+    if (__atomic_compare_exchange_n(&err[0], &expected, 1, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+      err[1] = i; err[2] = n;
+    }
+    return 0;
+  }
+  return j;
+}
 """ + r"""
 // Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011): counter
 // (offset lo, offset hi, 0, 0), key (seed lo, seed hi); ten rounds of two 32x32->64 products,
@@ -164,6 +178,9 @@ class CppKernelWriter:
             return f"static_cast<int64_t>({self.index(u.arg, args)})"
         if op is Ops.REDUCED:
             return u.arg
+        if op is Ops.CHECK_INDEX:
+            size, wraps = u.arg
+            return f"tc_index({args[0]}, {self._size(size)}, {'true' if wraps else 'false'}, tc_err)"
         if op is Ops.SEED:
             return f"{self.params[u.arg[0]]}[{self.seed_args[u.arg]}]"
         if op is Ops.CAST:
@@ -257,7 +274,12 @@ class CppKernelWriter:
         params += [f"int64_t {s}" for s in k.sizes]
         params += [f"int64_t {s}" for s in self.seed_args.values()]
         body = self.reduction_body() if k.is_reduction else self.pointwise_body()
-        head = f'extern "C" void {self.name}({", ".join(params)})'
+        if not kir.has_index_checks(k):
+            head = f'extern "C" void {self.name}({", ".join(params)})'
+            return head + " {\n" + "\n".join("    " + line for line in body) + "\n}\n"
+        # checked indices: a three-word error record (failed, index, size); nonzero return = failed
+        head = f'extern "C" int {self.name}({", ".join(params + ["int64_t* tc_err"])})'
+        body = ["tc_err[0] = 0;", *body, "return tc_err[0] != 0;"]
         return head + " {\n" + "\n".join("    " + line for line in body) + "\n}\n"
 
     def _size(self, s: Any) -> str:
@@ -440,7 +462,7 @@ class CppBackend:
 
     def metadata(self, kernel: kir.Kernel, options: Any, device: Any) -> dict:
         return {"pointers": len(kernel.inputs) + len(kernel.outputs), "sizes": len(kernel.sizes),
-                "seeds": len(kernel.seeds)}
+                "seeds": len(kernel.seeds), "checks": kir.has_index_checks(kernel)}
 
     def start(self, record: dict, options: Any) -> None:
         build.compile_cpp_async(record["source"], options.get("artifact_store"))
@@ -450,15 +472,32 @@ class CppBackend:
 
         lib = build.compile_cpp_async(record["source"], options.get("artifact_store")).result()
         fn = lib.kernel
-        fn.restype = None
         meta = record["meta"]
         fn.argtypes = [ctypes.c_void_p] * meta["pointers"] + [ctypes.c_int64] * (meta["sizes"] + meta.get("seeds", 0))
-        return fn
+        if not meta.get("checks"):
+            fn.restype = None
+            return fn
+        fn.restype = ctypes.c_int
+        fn.argtypes = fn.argtypes + [ctypes.c_void_p]
+        return _checked_launch(fn)
 
     def launch(self, name: str, kernel: kir.Kernel, args: list[str], options: Any, device: Any) -> str:
         ptrs = [pointer_name(a) for a in args]  # bound by the wrapper (KernelCall.pointers)
         slots = [str(slot) for _, slot in kernel.seeds]
         return f"{name}({', '.join(ptrs + list(kernel.sizes) + slots)})"
+
+
+def _checked_launch(fn: Any):
+    """A launcher for a kernel with bounds-checked indices: raises eager's IndexError after a
+    launch that read out of range (the kernel read element 0 there instead)."""
+    import ctypes
+
+    def launch(*args: Any) -> None:
+        err = (ctypes.c_int64 * 3)()  # per launch: concurrent calls never share the record
+        if fn(*args, err):
+            raise IndexError(f"index {err[1]} is out of bounds for dimension with size {err[2]}")
+
+    return launch
 
 
 def _is_cpu(device: Any, options: dict) -> bool:

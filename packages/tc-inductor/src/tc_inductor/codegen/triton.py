@@ -160,11 +160,18 @@ class TritonKernelWriter:
                 text += ".to(tl.float32)"
             return text
         if op is Ops.CONST:
+            if u.dtype.is_floating_point and u.arg == 0 and math.copysign(1.0, u.arg) < 0:
+                # Triton makes every constant equal to 0 (and negation: 0 - x) +0.0; -1 * +0 is -0
+                return f"(tl.full([1], -1.0, {TL[u.dtype]}) * 0.0)"
             return f"tl.full([1], {_lit(u.arg, u.dtype)}, {TL[u.dtype]})"
         if op is Ops.INDEX:
             return f"(tl.zeros([1], tl.int64) + {self.index(u.arg, args)})"
         if op is Ops.REDUCED:
             return u.arg
+        if op is Ops.CHECK_INDEX:  # see CHECK_GPU / CHECK_INTERPRETED
+            size, wraps = u.arg
+            mask = self.mask_of(scope, self.base_mask) or "None"
+            return f"_tc_check_index({args[0]}, {print_index(size, {}, '//')}, {wraps}, {mask})"
         if op is Ops.SEED:  # one scalar per kernel: every element of a random op shares its seed
             return f"tl.load({self.params[u.arg[0]]} + {self.seed_args[u.arg]})"
         if op in kir.GroupOp.Random:  # Philox4x32-10, as the C++ backend's tc_rand / tc_randn
@@ -179,8 +186,8 @@ class TritonKernelWriter:
         op, src = u.op, u.src[0].dtype
         is_float, t = src.is_floating_point, TL[u.dtype]
         a = args[0]
-        if op is Ops.NEG:
-            return f"-{a}"
+        if op is Ops.NEG:  # Triton's unary minus is 0 - x, which makes -(+0.0) +0.0; * -1 is exact
+            return f"({a} * -1.0)" if is_float else f"-{a}"
         if op is Ops.ABS:
             return f"tl.abs({a})" if u.dtype != torch.bool else a
         if op is Ops.RECIPROCAL:
@@ -232,7 +239,7 @@ class TritonKernelWriter:
         if op is Ops.HYPOT:
             return f"tl.sqrt({a} * {a} + {b} * {b})"
         if op is Ops.COPYSIGN:
-            return f"tl.where(({b} < 0) | ((1 / {b}) < 0), -tl.abs({a}), tl.abs({a}))"
+            return f"tl.where(({b} < 0) | ((1 / {b}) < 0), tl.abs({a}) * -1.0, tl.abs({a}))"
         if op is Ops.ATAN2 or op is Ops.NEXTAFTER:
             if self.interpret:
                 raise TritonUnsupported(f"{op.name} under the Triton interpreter (no libdevice)")
@@ -279,10 +286,12 @@ class TritonKernelWriter:
 
     def decorator(self) -> str:
         """``@triton.jit``; seed slots unspecialised: a slot of 1 would otherwise be compiled in as
-        a constant, and one kernel launched from every layer must not assume any layer's slot."""
-        if not self.seed_args:
-            return "@triton.jit\n"
-        return f"@triton.jit(do_not_specialize={list(self.seed_args.values())})\n"
+        a constant, and one kernel launched from every layer must not assume any layer's slot.
+        Kernels with checked indices compile with ``debug=True``: Triton drops ``device_assert``
+        otherwise (launched with ``sanitize_overflow=False``: ``launch_options``)."""
+        args = [f"do_not_specialize={list(self.seed_args.values())}"] if self.seed_args else []
+        args += ["debug=True"] if kir.has_index_checks(self.kernel) else []
+        return f"@triton.jit({', '.join(args)})\n" if args else "@triton.jit\n"
 
     def generate(self) -> str:
         body = self.reduction_body() if self.kernel.is_reduction else self.pointwise_body()
@@ -405,6 +414,35 @@ from triton.language.extra import libdevice
 @triton.jit
 def _tc_mul(a, b):
     return a * b
+
+
+'''
+# A data-dependent index checked against its dim's size, negative ones wrapped first when the op
+# wraps them. On the GPU a device-side assert (as eager's CUDA kernels and torch.compile): the
+# CUDA context reports it at the next synchronisation.
+CHECK_GPU = '''@triton.jit
+def _tc_check_index(i, n, wraps: tl.constexpr, mask):
+    if wraps:
+        i = tl.where(i < 0, i + n, i)
+    tl.device_assert((i >= 0) & (i < n), "index out of bounds", mask)
+    return i
+
+
+'''
+# The interpreter ignores device_assert: a plain function over its numpy-backed blocks raises
+# eager's IndexError instead (``TritonLauncher`` unwraps it from Triton's InterpreterError).
+CHECK_INTERPRETED = '''def _tc_check_index(i, n, wraps, mask):
+    j = tl.where(i < 0, i + n, i) if wraps else i
+    bad = (j < 0) | (j >= n)
+    if mask is not None:
+        bad = bad & mask
+    if bad.handle.data.any():
+        import numpy
+        where = bad.handle.data
+        raw = numpy.broadcast_to(i.handle.data, where.shape)[where].flat[0]
+        size = n.handle.data.item() if hasattr(n, "handle") else n
+        raise IndexError(f"index {raw} is out of bounds for dimension with size {size}")
+    return j
 
 
 '''
@@ -568,7 +606,8 @@ class TritonBackend:
             deco = f"@triton.autotune(configs=[{configs}], key=['xnumel'])\n" + writer.decorator()
         else:
             deco = writer.decorator()
-        return HEADER + deco + text
+        checks = "" if not kir.has_index_checks(kernel) else CHECK_INTERPRETED if interpret else CHECK_GPU
+        return HEADER + checks + deco + text
 
     def metadata(self, kernel: kir.Kernel, options: Any, device: Any) -> dict:
         interpret = _interpreting(device)
@@ -576,7 +615,7 @@ class TritonBackend:
                 "autotune": bool(options.get("max_autotune")) and not interpret, "interpret": interpret,
                 "warmup": None if interpret else warmup_signature(kernel, device),
                 "pointers": len(kernel.inputs) + len(kernel.outputs), "first_output": len(kernel.inputs),
-                "device": torch.device(device).index or 0}
+                "device": torch.device(device).index or 0, "options": launch_options(kernel)}
 
     def start(self, record: dict, options: Any) -> None:
         """Compile for the GPU now, in the pool, instead of at the first launch."""
@@ -593,7 +632,7 @@ class TritonBackend:
         if meta["autotune"]:
             return kernel
         return TritonLauncher(kernel, meta["config"], meta["pointers"], range(meta["first_output"], meta["pointers"]),
-                              compiled, meta["device"])
+                              compiled, meta["device"], meta.get("options", {}))
 
     def _kernel(self, record: dict):
         key = hashlib.sha256(record["source"].encode()).hexdigest()[:24]
@@ -615,7 +654,8 @@ class TritonBackend:
         meta = self.metadata(kernel, options, device)
         if meta["autotune"]:
             grid = f"lambda meta: (triton.cdiv({xnumel}, meta['XBLOCK']),)"
-            return f"{name}[{grid}]({', '.join(call_args)})"
+            options = [f"{k}={v!r}" for k, v in meta["options"].items()]
+            return f"{name}[{grid}]({', '.join(call_args + options)})"
         config = meta["config"]
         static = _static_numel(kernel.xranges)
         grid = f"{-(-static // config['XBLOCK'])}" if static is not None else \
@@ -648,10 +688,19 @@ def descriptive_name(kernel: kir.Kernel) -> str:
     return "_".join(["tc", kind, *list(seen)[:4]])
 
 
-_PLUMBING = {Ops.LOAD, Ops.CONST, Ops.INDEX, Ops.SIZE, Ops.REDUCED, Ops.SEED, Ops.CAST, Ops.WHERE, Ops.MASKED}
+_PLUMBING = {Ops.LOAD, Ops.CONST, Ops.INDEX, Ops.SIZE, Ops.REDUCED, Ops.SEED, Ops.CAST, Ops.WHERE, Ops.MASKED,
+             Ops.CHECK_INDEX}
 _modules: dict[str, Any] = {}
 _modules_lock = threading.Lock()
 _warmups: dict[str, concurrent.futures.Future] = {}  # by source, signature, config and device
+
+
+def launch_options(kernel: kir.Kernel) -> dict:
+    """Triton compile options every launch (and ahead-of-time compile) of ``kernel`` passes.
+    Kernels with checked indices are debug kernels (``decorator``), and in debug mode Triton
+    would also check every int32 add and multiply for overflow: only the index checks are
+    wanted (as torch.compile does)."""
+    return {"sanitize_overflow": False} if kir.has_index_checks(kernel) else {}
 
 
 def warmup_signature(kernel: kir.Kernel, device: Any) -> dict | None:
@@ -680,7 +729,7 @@ def _start_warmup(kernel: Any, record: dict, store: Any = None) -> None:
 def _warmup(kernel: Any, meta: dict, store: Any = None, key: str = "") -> Any:
     sig = meta["warmup"]
     args = [getattr(torch, name) for name in sig["pointers"]] + list(sig["ints"])
-    consts = {} if meta["autotune"] else dict(meta["config"])
+    consts = ({} if meta["autotune"] else dict(meta["config"])) | meta.get("options", {})
     try:
         # Triton compiles for the calling thread's current device
         with torch.cuda.device(sig["device"]) if torch.cuda.is_available() else contextlib.nullcontext():

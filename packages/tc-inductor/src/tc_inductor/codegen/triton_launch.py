@@ -31,8 +31,9 @@ class TritonLauncher:
     """``launcher(grid0, *pointers_and_ints)``: one launch of ``fn`` with ``consts``."""
 
     def __init__(self, fn: Any, consts: dict, n_pointers: int, outputs: range, compiled: Any = None,
-                 device: int = 0):
+                 device: int = 0, options: dict | None = None):
         self.fn, self.consts, self.n_pointers, self.outputs = fn, dict(consts), n_pointers, outputs
+        self.run_kwargs = {**consts, **(options or {})}  # compile options: run's key, not launch args
         self.const_values = tuple(consts.values())
         self.compiled, self.device = compiled, device
         self._stream = self._knobs = None  # triton's current-stream getter and runtime knobs
@@ -42,7 +43,13 @@ class TritonLauncher:
         self.launch(grid0, *args)
 
     def _via_run(self, grid0: int, *args: Any) -> None:
-        self.fn[(grid0,)](*args, **self.consts)
+        try:
+            self.fn[(grid0,)](*args, **self.run_kwargs)
+        except Exception as e:
+            # an index check under the interpreter: eager's IndexError, not Triton's wrapper of it
+            if isinstance(e.__cause__, IndexError):
+                raise e.__cause__ from None
+            raise
 
     def _first(self, grid0: int, *args: Any) -> None:
         self.launch = self._via_run

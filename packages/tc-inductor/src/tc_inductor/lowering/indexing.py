@@ -1,7 +1,9 @@
 """Indexing lowerings: gather, index_select, embedding, advanced indexing, tril/triu.
 
 Data-dependent indices become indirect symbols in the load's index expression
-(:func:`tc_inductor.kir.indirect_symbol`), so the gathered tensor is never materialised.
+(:func:`tc_inductor.kir.indirect_symbol`), so the gathered tensor is never materialised. Every
+one is bounds-checked in the kernel (``Ops.CHECK_INDEX``): eager raises on an index out of range,
+and an unchecked load would read (or write past) another allocation.
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ from .registry import register
 aten = torch.ops.aten
 
 
-def indirect(value: UOp, size) -> sympy.Symbol:
-    """A symbol for index ``value`` wrapped into [0, size) as Python indexing does."""
-    value = kir.cast(value, torch.int64)
-    wrapped = kir.where(kir.binary(Ops.LT, value, kir.const(0, torch.int64)),
-                        kir.binary(Ops.ADD, value, kir.const(size, torch.int64)), value)
-    return kir.indirect_symbol(wrapped)
+def indirect(value: UOp, size, wraps: bool) -> sympy.Symbol:
+    """A symbol for index ``value`` into a dim of ``size``, checked to lie in [0, size); negative
+    ones are first wrapped as Python indexing does when ``wraps`` (advanced indexing, not gather,
+    index_select or embedding, where eager rejects them)."""
+    if size == 0:  # every index is out of range, and there is no element to read instead
+        raise Unsupported("indexing into a dim of size 0")
+    return kir.indirect_symbol(kir.checked_index(value, size, wraps))
 
 
 @register(aten.gather.default)
@@ -34,7 +37,7 @@ def _gather(ctx, x, dim, index, sparse_grad=False):
     def fn(i):
         if x.ndim == 0:
             return x.load(())
-        j = indirect(index.load(i), x.shape[dim])
+        j = indirect(index.load(i), x.shape[dim], wraps=False)
         return x.load(i[:dim] + (j,) + i[dim + 1:])
 
     return Pointwise(shape, dtype, device, fn)
@@ -48,7 +51,7 @@ def _index_select(ctx, x, dim, index):
     def fn(i):
         if x.ndim == 0:
             return x.load(())
-        j = indirect(index.load((i[dim],) if index.ndim else ()), x.shape[dim])
+        j = indirect(index.load((i[dim],) if index.ndim else ()), x.shape[dim], wraps=False)
         return x.load(i[:dim] + (j,) + i[dim + 1:])
 
     return Pointwise(shape, dtype, device, fn)
@@ -60,7 +63,7 @@ def _embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, s
     k = indices.ndim
 
     def fn(i):
-        return weight.load((indirect(indices.load(i[:k]), weight.shape[0]), i[k]))
+        return weight.load((indirect(indices.load(i[:k]), weight.shape[0], wraps=False), i[k]))
 
     return Pointwise(shape, dtype, device, fn)
 
@@ -86,7 +89,7 @@ def _index(ctx, x, indices):
                 full.append(next(rest))
             else:
                 t = indices[d]
-                full.append(indirect(t.load(broadcast_index(t, bidx)), x.shape[d]))
+                full.append(indirect(t.load(broadcast_index(t, bidx)), x.shape[d], wraps=True))
         return x.load(tuple(full))
 
     return Pointwise(shape, dtype, device, fn)

@@ -13,8 +13,10 @@ from __future__ import annotations
 import sympy
 import torch
 
+import tc_ir.spec
+
 from .. import kir
-from ..ir import Pointwise, Unsupported, contiguous_stride
+from ..ir import Pointwise, Unsupported
 from ..kir import Ops, UOp
 from .pointwise import out_spec, read
 from .registry import register
@@ -27,7 +29,7 @@ _BELOW_ONE = {torch.float16: 1 - 2.0**-11, torch.bfloat16: 1 - 2.0**-8}
 
 
 def _flat(index: tuple, shape: tuple) -> sympy.Expr:
-    stride = contiguous_stride(shape)
+    stride = tc_ir.spec.contiguous_strides(shape)
     return sympy.expand(sum((sympy.sympify(i) * s for i, s in zip(index, stride)), sympy.Integer(0)))
 
 

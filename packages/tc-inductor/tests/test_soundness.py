@@ -1,0 +1,171 @@
+"""Soundness: bounds-checked indirect loads, constants that differ only in sign or type, and
+eager's strides for zero-size dims. Every case is compared with eager on fresh inputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from inductor_helpers import assert_same, build
+
+import tc_inductor
+import tc_ir
+from tc_inductor import kir
+from tc_inductor.codegen import triton as triton_backend
+from tc_ir.spec import contiguous_strides
+
+aten = torch.ops.aten
+BACKENDS = ["cpp", "triton"]
+
+
+def _emb(g, w, i):
+    return g.call(aten.embedding.default, w, i)
+
+
+def _index(g, w, i):
+    return g.call(aten.index.Tensor, w, [i])
+
+
+def _index_select(g, w, i):
+    return g.call(aten.index_select.default, w, 0, i)
+
+
+def _gather_sum(g, w, i):  # the gather fused into a reduction
+    return g.call(aten.sum.dim_IntList, g.call(aten.gather.default, w, 1, i), [1])
+
+
+def _index_two_dims(g, w, i):
+    return g.call(aten.index.Tensor, w, [i, g.call(aten.remainder.Scalar, i, 4)])
+
+
+# (lowering, index maker for the compile, index values that must raise as in eager)
+INDEXING = {
+    "embedding": (_emb, lambda: torch.randint(0, 10, (5,)), [12, 10, -1, 10**9]),
+    "index": (_index, lambda: torch.randint(-10, 10, (5,)), [10, -11, 10**9, -10**9]),
+    "index_select": (_index_select, lambda: torch.randint(0, 10, (5,)), [10, -1]),
+    "gather_sum": (_gather_sum, lambda: torch.randint(0, 4, (10, 3)), [4, -1]),
+    "index_two_dims": (_index_two_dims, lambda: torch.randint(0, 4, (6,)), [10, -11]),
+}
+
+
+def _eager_error(g, inputs) -> BaseException | None:
+    try:
+        tc_ir.interpret(g, inputs)
+    except tc_ir.InterpretError as e:
+        return e.__cause__ or e
+    return None
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", sorted(INDEXING))
+def test_out_of_range_indices_raise_like_eager(name, backend):
+    fn, make_index, bad_values = INDEXING[name]
+    weight = torch.randn(10, 4)
+    g = build(fn, [weight, make_index()])
+    k = tc_inductor.compile(g, [weight, make_index()], {"backend": backend})
+    for _ in range(2):  # in range: the same values as eager, on fresh inputs
+        fresh = [torch.randn(10, 4), make_index()]
+        assert_same(k(*fresh), tc_ir.interpret(g, fresh))
+    for bad in bad_values:
+        index = make_index()
+        index.view(-1)[-1] = bad
+        assert _eager_error(g, [weight, index]) is not None, "eager accepts it: not an out-of-range case"
+        with pytest.raises(IndexError, match=f"index {bad} is out of bounds for dimension with size"):
+            k(weight, index)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_negative_indices_wrap_only_where_eager_wraps(backend):
+    w, i = torch.randn(10, 4), torch.tensor([-1, -10, 3])
+    k = tc_inductor.compile(build(_index, [w, i]), [w, i], {"backend": backend})
+    torch.testing.assert_close(k(w, i), w[i])
+    k = tc_inductor.compile(build(_emb, [w, i.abs()]), [w, i.abs()], {"backend": backend})
+    with pytest.raises(IndexError):
+        k(w, i)
+
+
+def test_gpu_source_asserts_each_indirect_load(monkeypatch):
+    """The GPU kernel checks with ``tl.device_assert`` in a debug kernel without overflow checks."""
+    monkeypatch.setattr(triton_backend, "_interpreting", lambda device: False)
+    w, i = torch.randn(10, 4), torch.tensor([1, -2, 3])
+    k = tc_inductor.compile(build(_index, [w, i]), [w, i], {"backend": "triton", "cache": False})
+    src = k.kernels[0]
+    assert "tl.device_assert((i >= 0) & (i < n)" in src and "@triton.jit(debug=True)" in src
+    assert src.count("_tc_check_index(") == 2  # the helper and its one use
+    torch.testing.assert_close(k(w, i), w[i])  # the GPU source, run by the interpreter
+    unchecked = tc_inductor.compile(build(lambda g, x: g.call(aten.relu.default, x), [w]), [w],
+                                    {"backend": "triton", "cache": False})
+    assert "debug" not in unchecked.kernels[0] and "sanitize_overflow" not in unchecked.source
+
+
+def test_launch_options_only_for_checked_kernels():
+    x0 = kir.xvars(1)[0]
+    plain = kir.Kernel((4,), (), (kir.Stage((kir.Store("o", x0, kir.load("a", x0, torch.float32),
+                                                       torch.float32),), ()),), (("a", torch.float32),),
+                       (("o", torch.float32),))
+    assert triton_backend.launch_options(plain) == {} and not kir.has_index_checks(plain)
+    sym = kir.indirect_symbol(kir.checked_index(kir.load("i", x0, torch.int64), 10, False))
+    checked = kir.Kernel((4,), (), (kir.Stage((kir.Store("o", x0, kir.load("a", sym, torch.float32),
+                                                         torch.float32),), ()),),
+                         (("a", torch.float32), ("i", torch.int64)), (("o", torch.float32),))
+    assert triton_backend.launch_options(checked) == {"sanitize_overflow": False}
+
+
+# ---- constants: 0.0 vs -0.0, nan, inf, 1 vs 1.0 vs True ---------------------------------------
+
+def test_constant_keys_tell_sign_type_and_nan_apart():
+    f32 = torch.float32
+    assert kir.const(0.0, f32) != kir.const(-0.0, f32)
+    assert hash(kir.const(0.0, f32)) != hash(kir.const(-0.0, f32))
+    assert kir.const(float("nan"), f32) == kir.const(float("nan"), f32)
+    assert kir.UOp(kir.Ops.CONST, torch.int64, (), 1) != kir.UOp(kir.Ops.CONST, torch.int64, (), True)
+    assert kir.UOp(kir.Ops.CONST, f32, (), 1) != kir.UOp(kir.Ops.CONST, f32, (), 1.0)
+
+
+def _signed_zeros(g, x):
+    return (g.call(aten.div.Tensor, x, 0.0), g.call(aten.div.Tensor, x, -0.0),
+            g.call(aten.add.Tensor, g.call(aten.mul.Tensor, x, -0.0), 0.0),
+            g.call(aten.copysign.Scalar, x, -0.0), g.call(aten.copysign.Scalar, x, 0.0),
+            g.call(aten.add.Tensor, x, float("nan")), g.call(aten.mul.Tensor, x, float("inf")),
+            g.call(aten.mul.Tensor, x, float("-inf")))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_signed_zero_nan_and_inf_constants_in_one_graph(backend):
+    x = torch.randn(64)
+    k = tc_inductor.compile(build(_signed_zeros, [x]), [x], {"backend": backend})
+    for _ in range(2):
+        fresh = torch.randn(64)
+        fresh[:4] = torch.tensor([0.0, -0.0, 1.0, -1.0])
+        got, expected = k(fresh), tc_ir.interpret(build(_signed_zeros, [fresh]), [fresh])
+        for r, e in zip(got, expected):
+            torch.testing.assert_close(r, e, equal_nan=True)
+            assert torch.equal(torch.signbit(r), torch.signbit(e)) or r.isnan().any()
+
+
+def test_int_float_and_bool_constants_of_equal_value():
+    x = torch.randint(-5, 5, (32,))
+
+    def fn(g, x):
+        return (g.call(aten.add.Tensor, x, 1), g.call(aten.add.Tensor, x, 1.0), g.call(aten.add.Tensor, x, True),
+                g.call(aten.div.Tensor, x, 2), g.call(aten.floor_divide.default, x, 2))
+
+    k = tc_inductor.compile(build(fn, [x]), [x])
+    fresh = torch.randint(-5, 5, (32,))
+    got, expected = k(fresh), tc_ir.interpret(build(fn, [fresh]), [fresh])
+    for r, e in zip(got, expected):
+        assert r.dtype == e.dtype
+        torch.testing.assert_close(r, e)
+
+
+# ---- strides of zero-size dims ------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape", [(3, 0), (0, 3), (2, 0, 3), (1, 0), (0,), (3, 1, 0), (2, 1, 3), ()])
+def test_contiguous_strides_are_eager_strides(shape):
+    assert contiguous_strides(shape) == torch.empty(shape).stride()
+
+
+@pytest.mark.parametrize("shape", [(3, 0), (0, 3), (2, 0, 3)])
+def test_zero_size_outputs_have_eager_strides(shape):
+    x = torch.randn(shape)
+    k = tc_inductor.compile(build(lambda g, x: g.call(aten.mul.Tensor, x, 2.0), [x]), [x])
+    assert k(torch.randn(shape)).stride() == (x * 2).stride()
