@@ -1,5 +1,5 @@
-"""A warm artifact cache moves between machines: save a bundle, load it into an empty cache
-directory in a fresh process, and the inductor skips lowering and scheduling there."""
+"""A warm artifact cache moves between machines: save a signed bundle, load it with the same key
+into an empty cache directory in a fresh process, and the inductor skips lowering and scheduling there."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ SCRIPT = textwrap.dedent("""
     torch.manual_seed(0)
     model = tc.compile(MLP().eval())
     if sys.argv[1] == "load":
-        stats = tc.load_cache_artifacts(open(sys.argv[2], "rb").read())
+        stats = tc.load_cache_artifacts(open(sys.argv[2], "rb").read(), key=b"shared secret")
         print("loaded", stats)
     with torch.no_grad():
         model(torch.randn(4, 32))
     if sys.argv[1] == "save":
-        open(sys.argv[2], "wb").write(tc.save_cache_artifacts())
+        open(sys.argv[2], "wb").write(tc.save_cache_artifacts(key=b"shared secret"))
 """)
 
 

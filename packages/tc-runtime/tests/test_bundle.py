@@ -11,6 +11,8 @@ import pytest
 
 from tc_runtime import ArtifactCache, BundleError, load_artifacts, save_artifacts
 
+KEY = b"test bundle key"
+
 
 def _filled(root) -> tuple[ArtifactCache, dict[tuple[str, str], bytes]]:
     cache = ArtifactCache(root)
@@ -23,23 +25,23 @@ def _filled(root) -> tuple[ArtifactCache, dict[tuple[str, str], bytes]]:
 
 def test_round_trip_into_empty_cache_gives_hits(tmp_path):
     source, items = _filled(tmp_path / "a")
-    blob = save_artifacts(source)
+    blob = save_artifacts(source, key=KEY)
     target = ArtifactCache(tmp_path / "b")
-    stats = load_artifacts(blob, target)
+    stats = load_artifacts(blob, target, key=KEY)
     assert stats.loaded == len(items) and stats.skipped_env == stats.skipped_corrupt == 0
     for (kind, key), data in items.items():
         assert target.get(kind, key) == data
     assert target.counters.hits == len(items)
-    again = load_artifacts(blob, target)
+    again = load_artifacts(blob, target, key=KEY)
     assert again.already_present == len(items) and again.loaded == 0
 
 
 def test_default_cache_from_environment(tmp_path, monkeypatch):
     _, items = _filled(tmp_path / "a")
     monkeypatch.setenv("TC_CACHE_DIR", str(tmp_path / "a"))
-    blob = save_artifacts()
+    blob = save_artifacts(key=KEY)
     monkeypatch.setenv("TC_CACHE_DIR", str(tmp_path / "b"))
-    assert load_artifacts(blob).loaded == len(items)
+    assert load_artifacts(blob, key=KEY).loaded == len(items)
 
 
 def test_entries_of_another_version_are_skipped(tmp_path):
@@ -49,7 +51,7 @@ def test_entries_of_another_version_are_skipped(tmp_path):
     other_gpu = ArtifactCache(tmp_path / "a", env=attrs.evolve(here.env, device="cuda-sm80"))
     other_gpu.put("triton", "a100key", b"built for sm80")
     target = ArtifactCache(tmp_path / "b")
-    stats = load_artifacts(save_artifacts(here), target)
+    stats = load_artifacts(save_artifacts(here, key=KEY), target, key=KEY)
     assert stats.loaded == len(items) and stats.skipped_env == 2
     assert any("torch '2.0.0'" in r for r in stats.reasons)
     assert not target.contains("triton", "oldkey") and not target.contains("triton", "a100key")
@@ -71,7 +73,7 @@ def _rewrite(blob: bytes, edit) -> bytes:
 
 def test_bad_entries_are_skipped_one_by_one(tmp_path):
     source, items = _filled(tmp_path / "a")
-    blob = save_artifacts(source)
+    blob = save_artifacts(source, key=KEY)
 
     def damage(manifest, files):
         entries = manifest["entries"]
@@ -82,7 +84,7 @@ def test_bad_entries_are_skipped_one_by_one(tmp_path):
         manifest["entries"].append({"kind": "triton", "key": "missing", "size": 1, "sha256": "", "env": None})
         manifest["entries"].append("not an object")
 
-    stats = load_artifacts(_rewrite(blob, damage), ArtifactCache(tmp_path / "b"))
+    stats = load_artifacts(_rewrite(blob, damage), ArtifactCache(tmp_path / "b"), trust=True)
     assert stats.loaded == 0
     assert stats.skipped_corrupt == 4 and stats.skipped_env == 2, stats.reasons
     assert not (tmp_path / "escape").exists()
@@ -91,22 +93,40 @@ def test_bad_entries_are_skipped_one_by_one(tmp_path):
 @pytest.mark.parametrize("blob", [b"", b"not a zip", b"PK\x03\x04garbage"])
 def test_not_a_bundle(tmp_path, blob):
     with pytest.raises(BundleError):
-        load_artifacts(blob, ArtifactCache(tmp_path))
+        load_artifacts(blob, ArtifactCache(tmp_path), trust=True)
 
 
 def test_bundle_format_checked(tmp_path):
     source, _ = _filled(tmp_path / "a")
-    newer = _rewrite(save_artifacts(source), lambda m, f: m.update(version=99))
+    newer = _rewrite(save_artifacts(source, key=KEY), lambda m, f: m.update(version=99))
     with pytest.raises(BundleError, match="version 99"):
-        load_artifacts(newer, ArtifactCache(tmp_path / "b"))
-    foreign = _rewrite(save_artifacts(source), lambda m, f: m.update(format="something else"))
+        load_artifacts(newer, ArtifactCache(tmp_path / "b"), trust=True)
+    foreign = _rewrite(save_artifacts(source, key=KEY), lambda m, f: m.update(format="something else"))
     with pytest.raises(BundleError):
-        load_artifacts(foreign, ArtifactCache(tmp_path / "b"))
+        load_artifacts(foreign, ArtifactCache(tmp_path / "b"), trust=True)
 
 
 def test_corrupt_entry_on_disk_is_left_out_of_the_bundle(tmp_path):
     source, items = _filled(tmp_path / "a")
     (kind, key), _ = next(iter(items.items()))
     source.path(kind, key).write_bytes(b"broken")
-    stats = load_artifacts(save_artifacts(source), ArtifactCache(tmp_path / "b"))
+    stats = load_artifacts(save_artifacts(source, key=KEY), ArtifactCache(tmp_path / "b"), key=KEY)
     assert stats.loaded == len(items) - 1
+
+
+def test_unsigned_and_mis_signed_bundles_are_refused_unless_trusted(tmp_path):
+    source = ArtifactCache(tmp_path / "a")
+    source.put("k", "ab" * 8, b"kernel bytes")
+    target = ArtifactCache(tmp_path / "b")
+    with pytest.raises(BundleError, match="not signed"):
+        load_artifacts(save_artifacts(source), target, key=KEY)
+    with pytest.raises(BundleError, match="does not match"):
+        load_artifacts(save_artifacts(source, key=b"another key"), target, key=KEY)
+    with pytest.raises(BundleError, match="pass the key"):
+        load_artifacts(save_artifacts(source, key=KEY), target)
+    assert target.get("k", "ab" * 8) is None
+    # a signed manifest also covers the entries: an entry swapped after signing is skipped
+    swapped = _rewrite(save_artifacts(source, key=KEY), lambda m, f: f.update({"entries/k/" + "ab" * 8: b"evil"}))
+    stats = load_artifacts(swapped, target, key=KEY)
+    assert stats.loaded == 0 and target.get("k", "ab" * 8) is None
+    assert load_artifacts(save_artifacts(source), target, trust=True).loaded == 1

@@ -14,6 +14,8 @@ from typing import Literal
 
 import attrs
 
+from tc_ir import storage
+
 OutputMode = Literal["clone", "alias"]
 
 
@@ -38,12 +40,7 @@ class Config:
 
     def resolved_cache_dir(self) -> Path:
         """The cache root this config points at, after the environment fallbacks."""
-        if self.cache_dir:
-            return Path(self.cache_dir).expanduser()
-        if os.environ.get("TC_CACHE_DIR"):
-            return Path(os.environ["TC_CACHE_DIR"]).expanduser()
-        base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-        return Path(base) / "tc"
+        return storage.cache_root(self.cache_dir)  # the one resolution, shared with tc_inductor
 
     @contextlib.contextmanager
     def patch(self, **changes: object) -> Iterator[Config]:

@@ -4,16 +4,23 @@ A bundle is a zip file (inspect it with ``unzip -l``)::
 
     manifest.json          {"format": "tc-artifacts", "version": 1, "entries": [{kind, key, size,
                             sha256, env}, ...]}
+    manifest.sig           HMAC-SHA256 of manifest.json under the caller's key (hex), if signed
     entries/<kind>/<key>   the entry's bytes
 
-Loading validates entry by entry (names, size, sha256, environment) and writes through
-:meth:`ArtifactCache.write_entry`, so a bad entry is skipped and counted, never written. Entries
-built under another torch / Python / triton / device / tc are skipped.
+A bundle is code: it carries shared objects, kernel and wrapper sources that a later compile
+loads and runs. So loading one requires a signature made with a key the caller supplies (the
+same key given to :func:`save_artifacts`), and refuses unsigned or mis-signed bundles unless the
+caller says ``trust=True``. The signature covers the manifest, whose sha256 of each entry covers
+the entries. Loading then validates entry by entry (names, size, sha256, environment) and writes
+through :meth:`ArtifactCache.write_entry` (which seals it with this user's local key), so a bad
+entry is skipped and counted, never written. Entries built under another torch / Python / triton
+/ device / tc are skipped.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import io
 import json
 import zipfile
@@ -48,8 +55,22 @@ class LoadStats:
     reasons: list[str] = attrs.field(factory=list)  # one line per skipped entry
 
 
-def save_artifacts(cache: ArtifactCache | None = None) -> bytes:
-    """Every valid entry of ``cache`` (default: the default cache) as a bundle."""
+def _key_bytes(key: bytes | str) -> bytes:
+    if isinstance(key, str):
+        key = key.encode()
+    if not isinstance(key, (bytes, bytearray)) or not key:
+        raise TypeError("a bundle key is non-empty bytes or str")
+    return bytes(key)
+
+
+def sign(manifest: bytes, key: bytes | str) -> str:
+    """The signature of a bundle's manifest: HMAC-SHA256 under ``key``, hex."""
+    return hmac.new(_key_bytes(key), manifest, hashlib.sha256).hexdigest()
+
+
+def save_artifacts(cache: ArtifactCache | None = None, key: bytes | str | None = None) -> bytes:
+    """Every valid entry of ``cache`` (default: the default cache) as a bundle, signed with
+    ``key`` when one is given (:func:`load_artifacts` refuses unsigned bundles unless trusted)."""
     cache = cache or ArtifactCache()
     buffer, manifest = io.BytesIO(), []
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as zf:
@@ -61,15 +82,24 @@ def save_artifacts(cache: ArtifactCache | None = None) -> bytes:
             zf.writestr(f"entries/{info.kind}/{info.key}", data)
             manifest.append({"kind": info.kind, "key": info.key, "size": len(data),
                              "sha256": hashlib.sha256(data).hexdigest(), "env": meta.get("env")})
-        zf.writestr("manifest.json", json.dumps({"format": FORMAT, "version": VERSION, "entries": manifest}))
+        manifest_bytes = json.dumps({"format": FORMAT, "version": VERSION, "entries": manifest}).encode()
+        zf.writestr("manifest.json", manifest_bytes)
+        if key is not None:
+            zf.writestr("manifest.sig", sign(manifest_bytes, key))
     return buffer.getvalue()
 
 
-def load_artifacts(data: bytes, cache: ArtifactCache | None = None) -> LoadStats:
-    """Copy the usable entries of a bundle into ``cache``; returns what happened to each."""
+def load_artifacts(data: bytes, cache: ArtifactCache | None = None, key: bytes | str | None = None,
+                   trust: bool = False) -> LoadStats:
+    """Copy the usable entries of a bundle into ``cache``; returns what happened to each.
+
+    The bundle must be signed with ``key`` (see :func:`save_artifacts`); an unsigned or
+    mis-signed one raises :class:`BundleError` unless ``trust=True`` (you vouch for its origin:
+    its kernels and wrappers will run in your processes)."""
     cache = cache or ArtifactCache()
     stats = LoadStats()
     with _open(data) as zf:
+        _check_signature(zf, key, trust)
         for item in _manifest(zf):
             _load_one(zf, item, cache, stats)
     log.info("cache: bundle loaded into %s: %s", cache.root, stats)
@@ -81,6 +111,22 @@ def _open(data: bytes) -> zipfile.ZipFile:
         return zipfile.ZipFile(io.BytesIO(data))
     except (zipfile.BadZipFile, TypeError) as e:
         raise BundleError(f"not a tc artifact bundle: {e}") from None
+
+
+def _check_signature(zf: zipfile.ZipFile, key: bytes | str | None, trust: bool) -> None:
+    if trust:
+        return
+    if key is None:
+        raise BundleError("a bundle holds code (kernels, shared objects, wrappers): pass the key it was signed "
+                          "with (key=...), or trust=True if you vouch for where it came from")
+    try:
+        manifest, signature = zf.read("manifest.json"), zf.read("manifest.sig")
+    except KeyError:
+        raise BundleError("bundle is not signed; refusing it (pass trust=True to load it anyway)") from None
+    except (zipfile.BadZipFile, zlib.error, OSError, ValueError) as e:
+        raise BundleError(f"bundle unreadable: {e}") from None
+    if not hmac.compare_digest(signature, sign(manifest, key).encode()):
+        raise BundleError("bundle signature does not match the key; refusing it")
 
 
 def _manifest(zf: zipfile.ZipFile) -> list[Any]:

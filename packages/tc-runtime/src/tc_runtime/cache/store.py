@@ -2,13 +2,18 @@
 
 Layout (``LAYOUT`` is bumped when it changes, so old trees are simply ignored)::
 
-    <root>/v1/<kind>/<key[:2]>/<key>.bin     one entry (see entry.py for its bytes)
-    <root>/v1/<kind>/<key[:2]>/.tmp-*        a write in progress (or left by a crash)
+    <root>/.tc-key                           this user's secret for the entries' digests (0600)
+    <root>/v2/<kind>/<key[:2]>/<key>.bin     one entry (see entry.py for its bytes)
+    <root>/v2/<kind>/<key[:2]>/.tmp-*        a write in progress (or left by a crash)
 
 Guarantees: a write is a temp file in the same directory + ``os.replace``, so readers see a whole
 old entry or a whole new one, never a mix, and any number of processes may share a root. A read
-checks length and sha256; a corrupt or truncated entry is deleted and reported as a miss. I/O
-errors are logged and treated as misses or dropped writes: the cache never breaks a compile.
+checks length and an HMAC-SHA256 under this user's local key (``tc_ir.storage``); a corrupt,
+truncated, planted or edited entry is deleted and reported as a miss. The root is used only when
+it is a ``0700``-style directory of this user's (else one warning, and every get is a miss and
+every put is dropped: the caller compiles in memory); entries are opened without following links
+or blocking, and only regular files of this user's are read (a FIFO is skipped). I/O errors are
+logged and treated as misses or dropped writes: the cache never breaks a compile.
 """
 
 from __future__ import annotations
@@ -23,13 +28,14 @@ from typing import Any
 
 import attrs
 
+from tc_ir import storage
 from tc_ir.logs import get_logger
 
 from ..config import config
 from . import entry
 from .keys import Environment, cache_key, current_environment
 
-LAYOUT = "v1"
+LAYOUT = "v2"
 log = get_logger("cache")
 
 _KIND = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -71,6 +77,14 @@ class ArtifactCache:
         self.root = Path(root).expanduser() if root is not None else config.resolved_cache_dir()
         self.env = env or current_environment()
         self.counters = Counters()
+        self._key: bytes | None | bool = False  # False: not looked up yet
+
+    def local_key(self) -> bytes | None:
+        """The key of this user's entries; None when the root is not trusted (nothing is used)."""
+        if self._key is False:
+            root = storage.trusted_dir(self.root)
+            self._key = storage.local_key(root) if root is not None else None
+        return self._key
 
     def __repr__(self) -> str:
         return f"ArtifactCache({str(self.root)!r})"
@@ -117,15 +131,14 @@ class ArtifactCache:
     def read_entry(self, kind: str, key: str) -> tuple[dict[str, Any], bytes] | None:
         """(meta, data) of a valid entry; deletes a corrupt one. Does not check the environment."""
         path = self.path(kind, key)
-        try:
-            blob, inode = _read(path)
-        except FileNotFoundError:
+        secret = self.local_key()
+        found = storage.read_regular_stat(path, config.max_entry_bytes + (1 << 20)) if secret else None
+        if found is None:  # absent, untrusted root, or not a regular file of this user's
             self.counters.misses += 1
             return None
-        except OSError as e:
-            return self._io_error("read", path, e)
+        blob, inode = found[0], found[1].st_ino
         try:
-            meta, data = entry.decode(blob)
+            meta, data = entry.decode(blob, secret)
             if meta.get("kind") != kind or meta.get("key") != key:
                 raise entry.CorruptEntry(f"entry names ({meta.get('kind')}, {meta.get('key')})")
         except entry.CorruptEntry as e:
@@ -138,9 +151,13 @@ class ArtifactCache:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"cache data must be bytes, not {type(data).__name__}")
         path = self.path(kind, key)
+        secret = self.local_key()
+        if secret is None or storage.trusted_subdir(self.root, LAYOUT, kind, key[:2]) is None:
+            self.counters.io_errors += 1
+            return
         meta = {"kind": kind, "key": key, "env": env, "created": time.time()}
         try:
-            _atomic_write(path, entry.encode(meta, bytes(data)))
+            _atomic_write(path, entry.encode(meta, bytes(data), secret))
         except OSError as e:
             self._io_error("write", path, e)
             return
@@ -212,11 +229,6 @@ class ArtifactCache:
             self.counters.misses += 1
         log.warning("cache: %s of %s failed (%s); continuing without it", what, path, error)
         return None
-
-
-def _read(path: Path) -> tuple[bytes, int]:
-    with open(path, "rb") as f:
-        return f.read(), os.fstat(f.fileno()).st_ino
 
 
 def _atomic_write(path: Path, blob: bytes) -> None:
