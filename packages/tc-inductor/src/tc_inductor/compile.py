@@ -20,7 +20,7 @@ import tc_ir
 
 from . import kir
 from .codegen import choose_backend, triton_mm
-from .codegen.build import cache_dir
+from .codegen.build import cache_dir, verified_read, verified_write
 from .config import VERSION, Options
 from .graph_lowering import GraphLowering, LoweredGraph
 from .ir import BufferValue, ComputedBuffer, ExternCall
@@ -311,12 +311,13 @@ def _cache_get(key: str, opts: Options) -> dict | None:
     if opts.artifact_store is not None:
         data = opts.artifact_store.get("inductor_graph", key)
     else:
-        path = cache_dir() / "graphs" / f"{key}.json"
-        if path.exists():
-            data = path.read_bytes()
+        data = verified_read(cache_dir() / "graphs" / f"{key}.json")  # digest checked: wrapper source is code
     if data is None:
         return None
-    record = json.loads(data)
+    try:
+        record = json.loads(data)
+    except ValueError:
+        return None
     record["targets"] = None
     _MEMORY_CACHE[key] = record
     return record
@@ -329,11 +330,7 @@ def _cache_put(key: str, record: dict, opts: Options) -> None:
     if opts.artifact_store is not None:
         opts.artifact_store.put("inductor_graph", key, data)
         return
-    path = cache_dir() / "graphs" / f"{key}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{time.time_ns()}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    verified_write(cache_dir() / "graphs" / f"{key}.json", data)
 
 
 def _report(times: dict, record: dict) -> None:

@@ -29,7 +29,7 @@ import tc_ir
 from .. import kir
 from ..kir import Ops, UOp
 from . import artifacts, build, triton_compile
-from .build import cache_dir
+from .build import cache_dir, ensure_file
 from .common import Emitter, Scope, print_index
 from .registry import register_backend
 from .triton_launch import TritonLauncher
@@ -637,11 +637,7 @@ class TritonBackend:
     def _kernel(self, record: dict):
         key = hashlib.sha256(record["source"].encode()).hexdigest()[:24]
         path = cache_dir() / "triton" / f"tc_{key}.py"
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-            tmp.write_text(record["source"])
-            tmp.replace(path)
+        ensure_file(path, record["source"].encode())  # what is imported is the record's source, nothing planted
         return _import_kernel(path, record["meta"]["interpret"], kernel_function_name(record["source"]))
 
     def launch(self, name: str, kernel: kir.Kernel, args: list[str], options: Any, device: Any) -> str:
