@@ -7,7 +7,6 @@ Read from the environment when a value is needed (not at import), so a test or a
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal

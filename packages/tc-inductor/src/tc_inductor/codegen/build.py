@@ -1,4 +1,10 @@
-"""Building kernels: C++ through g++ into a cached shared object, in parallel, once per hash."""
+"""Building kernels: C++ through g++ into a cached shared object, in parallel, once per hash.
+
+A shared object runs code when it is loaded, so one is loaded only from bytes that match the
+digest recorded when this user built or restored it (``tc_ir.storage``): a planted, damaged or
+foreign ``.so`` in the cache is rebuilt, never loaded. The verified bytes are copied into a
+private ``0700`` directory of this process and loaded from there, so what is loaded is what
+was checked."""
 
 from __future__ import annotations
 
@@ -6,6 +12,7 @@ import concurrent.futures
 import ctypes
 import functools
 import hashlib
+import itertools
 import os
 import platform
 import shutil
@@ -16,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import tc_ir
+from tc_ir import storage
 
 from . import artifacts
 
@@ -24,6 +32,7 @@ CXX_FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-fno-math-
 _pool: concurrent.futures.ThreadPoolExecutor | None = None
 _loaded: dict[str, concurrent.futures.Future] = {}
 _lock = threading.Lock()
+_loads = itertools.count()
 _log = tc_ir.logs.get_logger("perf_hints")
 
 
@@ -32,10 +41,28 @@ class CompilerNotFound(RuntimeError):
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("TC_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tc")
-    path = Path(root) / "inductor"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """``<cache root>/inductor`` when the cache may be trusted, else a private directory of this
+    process (the warning says why): files there are never shared between processes."""
+    return storage.trusted_subdir(storage.cache_root(), "inductor") or storage.private_dir()
+
+
+def verified_read(path: Path) -> bytes | None:
+    """The bytes of a cache file if they match their recorded digest (None: rebuild it)."""
+    return storage.read_verified(path.parent, path)
+
+
+def ensure_file(path: Path, data: bytes) -> None:
+    """Make ``path`` hold exactly ``data`` (a kernel source about to be imported): whatever else
+    is there, planted or damaged, is replaced first."""
+    if storage.read_regular(path) != data:
+        storage.trusted_subdir(path.parent.parent, path.parent.name)
+        storage.write_atomic(path, data)
+
+
+def verified_write(path: Path, data: bytes) -> None:
+    """Write a cache file and record its digest (see :func:`verified_read`)."""
+    if storage.trusted_subdir(path.parent.parent, path.parent.name) is not None:
+        storage.write_verified(path.parent, path, data)
 
 
 @functools.cache
@@ -91,34 +118,48 @@ def compile_cpp_async(source: str, store: Any = None) -> concurrent.futures.Futu
 
 def _build_and_load(source: str, key: str, store: Any) -> ctypes.CDLL:
     out = cache_dir() / "cpp" / f"{key}.so"
-    if not out.exists() and store is not None:
+    data = verified_read(out)
+    if data is not None:
+        return _load_verified(data, key)
+    if store is not None:
         lib = _restore(store, key, out)
         if lib is not None:
             return lib
-    if not out.exists():
-        _build(source, key, out)
-        if store is not None:
-            artifacts.store_put(store, "cpp_so", key, out.read_bytes())
-    return ctypes.CDLL(str(out))
+    data = _build(source, key)
+    verified_write(out, data)
+    if store is not None:
+        artifacts.store_put(store, "cpp_so", key, data)
+    return _load_verified(data, key)
 
 
 def _restore(store: Any, key: str, out: Path) -> ctypes.CDLL | None:
-    """The stored object for ``key`` written to ``out`` and loaded; None (nothing left) if unusable."""
+    """The stored object for ``key``, recorded in the local cache and loaded; None if unusable."""
     data = artifacts.store_get(store, "cpp_so", key)
     if not data or not data.startswith(b"\x7fELF"):
         return None
-    artifacts.write_atomic(out, data)
     try:
-        return ctypes.CDLL(str(out))
+        lib = _load_verified(data, key)
     except OSError as e:  # damaged in a way the store did not see: build it instead
         _log.debug("stored kernel %s does not load (%s); building it", key, e)
-        out.unlink(missing_ok=True)
         return None
+    verified_write(out, data)
+    return lib
 
 
-def _build(source: str, key: str, out: Path) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+def _load_verified(data: bytes, key: str) -> ctypes.CDLL:
+    """Load exactly these (verified) bytes: a copy in this process's private directory, under a
+    name of its own, so nothing can swap the file between the check and ``dlopen``."""
+    private = storage.private_dir() / f"{key}-{os.getpid()}-{threading.get_ident()}-{next(_loads)}.so"
+    private.write_bytes(data)
+    try:
+        return ctypes.CDLL(str(private))
+    finally:
+        private.unlink(missing_ok=True)  # the mapping stays; the name is not reused
+
+
+def _build(source: str, key: str) -> bytes:
+    """The shared object built from ``source`` (in a private temporary directory)."""
+    with tempfile.TemporaryDirectory(prefix="tc-build-") as tmp:
         src = Path(tmp) / f"{key}.cpp"
         src.write_text(source)
         so = Path(tmp) / f"{key}.so"
@@ -128,5 +169,4 @@ def _build(source: str, key: str, out: Path) -> None:
             raise CompilerNotFound(f"cannot run {compiler()}: {e}") from e
         if proc.returncode != 0:
             raise RuntimeError(f"g++ failed on a generated kernel:\n{proc.stderr[-4000:]}\n--- source ---\n{source}")
-        (out.parent / f"{key}.cpp").write_text(source)
-        os.replace(so, out)
+        return so.read_bytes()
