@@ -11,20 +11,24 @@ ROOT = Path(__file__).parent
 PINS = ["torch==2.13.0", "triton==3.6.0"]
 # numpy: the Triton interpreter (CPU tests of generated kernels) needs it; transformers: HF models in capture tests
 TEST_TOOLS = ["pytest>=8", "hypothesis>=6", "pytest-timeout", "numpy", "transformers==5.23.0"]
+# Folders under packages/; their distributions are named tcjit-ir, ..., tcjit (the umbrella)
 PACKAGES = ["tc-ir", "tc-capture", "tc-autograd", "tc-inductor", "tc-runtime", "tc"]
 
 nox.options.sessions = ["lint", "deps", "tests"]
 nox.options.reuse_existing_virtualenvs = True
 
 
+def _project(folder: str) -> dict:
+    return tomllib.loads((ROOT / "packages" / folder / "pyproject.toml").read_text())["project"]
+
+
 def _declared_ours(package: str) -> list[str]:
-    """Our packages that ``package`` declares as dependencies, transitively."""
-    meta = tomllib.loads((ROOT / "packages" / package / "pyproject.toml").read_text())
-    direct = [d.split(">")[0].split("=")[0].split(";")[0].strip() for d in meta["project"]["dependencies"]]
+    """The folders of our packages that ``package`` (a folder) declares as dependencies, transitively."""
+    folder_of = {_project(p)["name"]: p for p in PACKAGES}  # distribution name (tcjit-...) -> folder
+    direct = [d.split(">")[0].split("=")[0].split(";")[0].strip() for d in _project(package)["dependencies"]]
     found: list[str] = []
-    for dep in direct:
-        if dep in PACKAGES:
-            found += [d for d in _declared_ours(dep) + [dep] if d not in found]
+    for dep in [folder_of[d] for d in direct if d in folder_of]:
+        found += [d for d in _declared_ours(dep) + [dep] if d not in found]
     return found
 
 
@@ -65,7 +69,7 @@ def zoo(session: nox.Session) -> None:
 
 @nox.session
 def deps(session: nox.Session) -> None:
-    """Fail if a package imports one of ours that it does not declare, or breaks DESIGN.md's direction."""
+    """Fail if a package imports one of ours that it does not declare, or breaks the import rule (docs/ARCHITECTURE.md)."""
     session.run("python", str(ROOT / ".ci" / "check_deps.py"))
 
 

@@ -23,8 +23,8 @@ import torch
 from ..config import config
 
 # Distribution name -> import name of every tc package; read as metadata, never imported.
-OUR_PACKAGES = {"tc-ir": "tc_ir", "tc-capture": "tc_capture", "tc-autograd": "tc_autograd",
-                "tc-inductor": "tc_inductor", "tc-runtime": "tc_runtime", "tc": "tc"}
+OUR_PACKAGES = {"tcjit-ir": "tc_ir", "tcjit-capture": "tc_capture", "tcjit-autograd": "tc_autograd",
+                "tcjit-inductor": "tc_inductor", "tcjit-runtime": "tc_runtime", "tcjit": "tc"}
 
 
 @attrs.frozen
