@@ -51,7 +51,8 @@ def compile(
     capture_backend = _capture_backend(backend, mode, options)
     compiled = tc_capture.optimize(capture_backend, fullgraph=fullgraph, dynamic=dynamic)(model)
     if isinstance(model, torch.nn.Module):
-        return _same_module(model, compiled)
+        settings = {"fullgraph": fullgraph, "dynamic": dynamic, "backend": backend, "mode": mode, "options": options}
+        return _same_module(model, compiled, settings)
     return compiled
 
 
@@ -68,7 +69,13 @@ def _capture_backend(backend: str | Callable, mode: str | None, options: dict[st
     return _BACKENDS[key]
 
 
-def _same_module(module: torch.nn.Module, compiled: Callable) -> torch.nn.Module:
+def _recompiled(module: torch.nn.Module, settings: dict[str, Any]) -> torch.nn.Module:
+    """What a pickled compiled module loads as: the original module, compiled again (on its first
+    call, as any new ``tc.compile``); nothing compiled is pickled."""
+    return compile(module, **settings)
+
+
+def _same_module(module: torch.nn.Module, compiled: Callable, settings: dict[str, Any]) -> torch.nn.Module:
     """A module that shares ``module``'s state (its ``__dict__``) but calls the compiled forward.
 
     Sharing the state, rather than wrapping, is what keeps ``state_dict()`` keys, attribute
@@ -78,6 +85,8 @@ def _same_module(module: torch.nn.Module, compiled: Callable) -> torch.nn.Module
     namespace = {
         "__call__": lambda self, *args, **kwargs: compiled(*args, **kwargs),
         "_orig_mod": property(lambda self: module),
+        # pickle / torch.save / deepcopy: the original module and the settings, recompiled on load
+        "__reduce_ex__": lambda self, protocol: (_recompiled, (module, settings)),
         "__module__": cls.__module__,
         "__doc__": cls.__doc__,
     }
