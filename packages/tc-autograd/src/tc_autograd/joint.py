@@ -80,7 +80,8 @@ def _writable_twin(leaf: torch.Tensor) -> torch.Tensor:
     input) cannot be copied into: the leaf itself stands for it, and a write to it fails the trace
     (the umbrella then runs the graph eagerly, where such writes mostly fail too).
     """
-    if torch._debug_has_internal_overlap(leaf) != 0:
+    shape, stride = tuple(leaf.shape), leaf.stride()
+    if any(s == 0 and n > 1 for n, s in zip(shape, stride)) or overlaps_beyond_broadcast(shape, stride):
         return leaf
     twin = torch.empty_strided(leaf.shape, leaf.stride(), dtype=leaf.dtype, device=leaf.device)
     return twin.copy_(leaf)
@@ -183,10 +184,24 @@ def _check_writable(inputs: Sequence[Any], mutated: list[int]) -> None:
     before anything runs, so the caller can run the graph eagerly instead."""
     for i in mutated:
         t = inputs[i]
-        dense = t.as_strided([1 if s == 0 else n for n, s in zip(t.shape, t.stride())], t.stride())
-        if torch._debug_has_internal_overlap(dense) != 0:
+        if overlaps_beyond_broadcast(tuple(t.shape), t.stride()):
             raise NotImplementedError(f"tc_autograd: input {i} is written in place but its memory overlaps itself "
                                       f"(size {tuple(t.shape)}, stride {t.stride()})")
+
+
+def overlaps_beyond_broadcast(shape: tuple, stride: tuple) -> bool:
+    """Do two elements share memory other than through a stride-0 (broadcast) dim?
+
+    Dims sorted by stride must each step past everything the smaller ones span."""
+    if 0 in shape:
+        return False
+    dims = sorted((s, n) for n, s in zip(shape, stride) if n > 1 and s != 0)
+    span = 0
+    for s, n in dims:
+        if s <= span:
+            return True
+        span += (n - 1) * s
+    return False
 
 
 def _trace_backward(mode: FakeTensorMode, rec: Recorder, fw_fakes: list[torch.Tensor],

@@ -1,0 +1,180 @@
+"""Run one generated program eagerly and through ``tc.compile``, and say how they differ.
+
+Both sides get the same fresh inputs, each carved (with the program's layouts) out of its own
+copy of the bases. Compared: every output (dtype, shape, values; for outputs that view an input,
+which input and the view's strides and offset), the bases after the call (input mutations) and,
+in gradient mode, the gradients of the bases for a random-weighted sum of the outputs and the
+mutated inputs. The compiled function is called twice, with two different sets of inputs.
+
+Tolerances are per dtype. bf16: eager rounds every intermediate to bf16, tc's kernels compute in
+float32 and round where results are stored, so a mismatch in a program touching bf16 is
+re-checked with ``emulate_precision_casts=True`` (tc rounds where eager does): if that passes,
+the difference is bf16 rounding (kind ``bf16-rounding``, documented, not a bug).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import torch
+from fuzz_program import Program, example_inputs
+
+import tc
+
+TOLERANCE = {torch.float64: (1e-7, 1e-7), torch.float32: (1e-4, 1e-4), torch.bfloat16: (2e-2, 2e-2)}
+FALLBACK_WORDS = ("eagerly", "eager instead", "falling back")
+
+
+@attrs.define
+class Outcome:
+    """What happened: ``kind`` is ``pass``, ``invalid`` (eager itself raises: not a program),
+    ``error`` (tc raises where eager works), ``meta`` (dtype/shape/count), ``value``,
+    ``alias``, ``mutation``, ``grad``, ``requires_grad`` or ``bf16-rounding``;
+    ``fallbacks`` are the warnings saying a graph ran eagerly."""
+
+    kind: str
+    detail: str = ""
+    fallbacks: list[str] = attrs.field(factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.kind in ("pass", "invalid", "bf16-rounding")
+
+
+class Mismatch(Exception):
+    def __init__(self, kind: str, detail: str):
+        super().__init__(f"{kind}: {detail}")
+        self.kind, self.detail = kind, detail
+
+
+@attrs.define
+class Side:
+    """One side's results: outputs, bases after the call, grads of the bases, input views."""
+
+    outs: tuple
+    bases: list
+    grads: list | None
+    views: list
+
+
+def run_side(fn: Callable, program: Program, values: list[torch.Tensor], weights: Callable) -> Side:
+    grad = program.grad
+    leaves = [v.clone().requires_grad_(grad and v.is_floating_point()) for v in values]
+    # A non-leaf holder (a clone) lets the program write to inputs that require grad.
+    holders = [leaf.clone() if leaf.requires_grad else leaf for leaf in leaves]
+    inputs = [spec.carve(h) for spec, h in zip(program.inputs, holders)]
+    with torch.set_grad_enabled(grad):
+        outs = fn(*inputs)
+    views = [_input_view(o, holders) for o in outs]
+    grads = None
+    if grad:
+        terms = [(t.float() * weights(k, t)).sum() for k, t in enumerate([*outs, *holders])
+                 if isinstance(t, torch.Tensor) and t.requires_grad]
+        wrt = [leaf for leaf in leaves if leaf.requires_grad]
+        if terms and wrt:
+            grads = list(torch.autograd.grad(sum(terms), wrt, allow_unused=True))
+    return Side(tuple(outs), [h.detach() for h in holders], grads, views)
+
+
+def _input_view(out: Any, holders: list[torch.Tensor]) -> Any:
+    if not isinstance(out, torch.Tensor):
+        return None
+    for i, h in enumerate(holders):
+        if out.numel() and h.numel() and out.untyped_storage().data_ptr() == h.untyped_storage().data_ptr():
+            return (i, tuple(out.stride()), out.storage_offset())
+    return None
+
+
+def make_weights(seed: int) -> Callable:
+    cache: dict[int, torch.Tensor] = {}
+
+    def weights(k: int, t: torch.Tensor) -> torch.Tensor:
+        if k not in cache or cache[k].shape != t.shape:
+            gen = torch.Generator().manual_seed(seed * 1000 + k)
+            cache[k] = torch.randn(t.shape, generator=gen)
+        return cache[k]
+
+    return weights
+
+
+def compare(want: Side, got: Side, tol: tuple) -> None:
+    if len(got.outs) != len(want.outs):
+        raise Mismatch("meta", f"{len(got.outs)} outputs, eager {len(want.outs)}")
+    for k, (g, w) in enumerate(zip(got.outs, want.outs)):
+        _close(g, w, f"output {k}", "value", tol)
+        if isinstance(w, torch.Tensor) and g.requires_grad != w.requires_grad:
+            raise Mismatch("requires_grad", f"output {k}: {g.requires_grad}, eager {w.requires_grad}")
+    for k, (g, w) in enumerate(zip(got.views, want.views)):
+        if g != w:
+            raise Mismatch("alias", f"output {k} views (input, stride, offset) {g}, eager {w}")
+    for i, (g, w) in enumerate(zip(got.bases, want.bases)):
+        _close(g, w, f"input {i} after the call", "mutation", tol)
+    if (got.grads is None) != (want.grads is None):
+        raise Mismatch("grad", f"grads {'missing' if got.grads is None else 'unexpected'}")
+    for i, (g, w) in enumerate(zip(got.grads or [], want.grads or [])):
+        if (g is None) != (w is None):
+            g = torch.zeros_like(w) if g is None else g
+            w = torch.zeros_like(g) if w is None else w
+        if g is not None:
+            _close(g, w, f"grad of input {i}", "grad", tol)
+
+
+def _close(g: Any, w: Any, what: str, kind: str, tol: tuple) -> None:
+    if not isinstance(w, torch.Tensor):
+        if g != w:
+            raise Mismatch(kind, f"{what}: {g!r}, eager {w!r}")
+        return
+    if not isinstance(g, torch.Tensor) or g.dtype != w.dtype or g.shape != w.shape:
+        spec = (g.dtype, tuple(g.shape)) if isinstance(g, torch.Tensor) else type(g).__name__
+        raise Mismatch("meta", f"{what}: {spec}, eager {(w.dtype, tuple(w.shape))}")
+    atol, rtol = TOLERANCE.get(w.dtype, (0.0, 0.0)) if tol is None else tol
+    scale = 1.0 + (w.detach().double().abs().nan_to_num(0, 0, 0).max().item() if w.numel() else 0.0)
+    try:
+        torch.testing.assert_close(g.detach(), w.detach(), atol=atol * scale, rtol=rtol, equal_nan=True)
+    except AssertionError as e:
+        raise Mismatch(kind, f"{what}: {str(e).splitlines()[-3:]}") from None
+
+
+def tolerance(program: Program) -> tuple | None:
+    """bf16 anywhere (an input or a cast): every comparison at bf16's tolerance."""
+    if any(s.dtype == torch.bfloat16 for s in program.inputs) or any("bfloat16" in line for line in program.lines):
+        return TOLERANCE[torch.bfloat16]
+    return None
+
+
+def check(program: Program, seed: int = 0, options: dict | None = None) -> Outcome:
+    """Run ``program`` eagerly and compiled (two calls, fresh inputs each) and compare."""
+    fn = program.function()
+    compiled = tc.compile(fn, options=options)
+    fallbacks: list[str] = []
+    for call in range(2):
+        values = example_inputs(program, seed * 2 + call + 1)
+        weights = make_weights(seed * 2 + call)
+        try:
+            want = run_side(fn, program, values, weights)
+        except Exception as e:  # eager refuses: not a valid program (an in-place write it forbids...)
+            return Outcome("invalid", f"{type(e).__name__}: {e}")
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                got = run_side(compiled, program, values, weights)
+        except Exception as e:
+            return Outcome("error", f"{type(e).__name__}: {str(e)[:400]}", fallbacks)
+        fallbacks += [str(w.message)[:300] for w in caught if any(s in str(w.message) for s in FALLBACK_WORDS)]
+        try:
+            compare(want, got, tolerance(program))
+        except Mismatch as m:
+            return _maybe_rounding(program, seed, options, Outcome(m.kind, f"call {call + 1}: {m.detail}", fallbacks))
+    return Outcome("pass", "", fallbacks)
+
+
+def _maybe_rounding(program: Program, seed: int, options: dict | None, outcome: Outcome) -> Outcome:
+    if options or tolerance(program) is None or outcome.kind in ("error", "meta"):
+        return outcome
+    again = check(program, seed, {"emulate_precision_casts": True})
+    if again.kind == "pass":
+        return Outcome("bf16-rounding", outcome.detail, outcome.fallbacks)
+    return outcome
