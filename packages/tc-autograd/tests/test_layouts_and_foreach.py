@@ -1,0 +1,124 @@
+"""Inputs in any layout (gaps, offsets, broadcast) and ``_foreach_*_`` writes, against eager.
+
+Outputs that view an input are rebuilt by replaying the trace's view ops on the real input, so
+their strides, offset and gradients are eager's whatever the input's layout.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from autograd_tracer import trace
+
+import tc_autograd
+
+
+def compile_fn(fn, *inputs):
+    return tc_autograd.aot(trace(fn, list(inputs)), list(inputs))
+
+
+LAYOUTS = {
+    "step": lambda base: base[:, ::2],
+    "columns": lambda base: base[..., :3],
+    "offset": lambda base: base[1:],
+    "transposed": lambda base: base.t(),
+    "expanded": lambda base: base[:1].expand(4, 8),
+}
+VIEWS = {
+    "t": lambda x: x.t(),
+    "slice_t": lambda x: x[1:].t(),
+    "select": lambda x: x.select(1, 1),
+    "unsqueeze_step": lambda x: x.unsqueeze(0)[..., ::2],
+    "narrow_permute": lambda x: x.narrow(0, 1, 2).permute(1, 0),
+    "mixed": lambda x: (x.t(), x * 2, x[0]),
+}
+
+
+def _views_of_inputs(layout, view, grad):
+    torch.manual_seed(0)
+    base = torch.randn(4, 8, requires_grad=grad)
+    compiled = compile_fn(view, LAYOUTS[layout](base.detach().clone().requires_grad_(grad)))
+    for _ in range(2):  # a second call with fresh values
+        base = torch.randn(4, 8, requires_grad=grad)
+        other = base.detach().clone().requires_grad_(grad)
+        want, got = view(LAYOUTS[layout](base)), compiled(LAYOUTS[layout](other))
+        for w, g in zip(torch.utils._pytree.tree_leaves(want), torch.utils._pytree.tree_leaves(got)):
+            torch.testing.assert_close(g, w)
+            if w._base is not None:  # a view of the input: same memory, same layout
+                assert (g.stride(), g.storage_offset()) == (w.stride(), w.storage_offset())
+                assert g.untyped_storage().data_ptr() == other.untyped_storage().data_ptr()
+        if grad:
+            leaves = torch.utils._pytree.tree_leaves(want)
+            weights = [torch.randn(w.shape) for w in leaves]
+            sum((w * c).sum() for w, c in zip(leaves, weights)).backward()
+            sum((g * c).sum() for g, c in zip(torch.utils._pytree.tree_leaves(got), weights)).backward()
+            torch.testing.assert_close(other.grad, base.grad)
+
+
+@pytest.mark.parametrize("view", list(VIEWS))
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("grad", [False, True], ids=["inference", "training"])
+def test_output_views_of_inputs_in_any_layout(layout, view, grad):
+    _views_of_inputs(layout, VIEWS[view], grad)
+
+
+def write_then_view(x):
+    x.mul_(2.0)
+    return x.t(), x.sum()
+
+
+@pytest.mark.parametrize("layout", ["step", "columns", "offset", "transposed"])
+def test_grad_inputs_with_gaps_are_written_in_place_as_eager(layout):
+    base = torch.randn(4, 8, requires_grad=True)
+    compiled = compile_fn(write_then_view, LAYOUTS[layout](base.detach().clone().requires_grad_() * 1))
+    mine = base.detach().clone().requires_grad_()
+    want_x, got_x = LAYOUTS[layout](base * 1), LAYOUTS[layout](mine * 1)
+    want, got = write_then_view(want_x), compiled(got_x)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got_x, want_x)
+    (want[0].exp().sum() + want[1]).backward()
+    (got[0].exp().sum() + got[1]).backward()
+    torch.testing.assert_close(mine.grad, base.grad)
+
+
+@pytest.mark.parametrize("fill", ["fill_", "zero_"])
+def test_fill_on_an_expanded_input_writes_its_memory_as_eager(fill):
+    def fn(x):
+        getattr(x.expand(2, *x.shape), fill)(*([1.5] if fill == "fill_" else []))
+        return x + 1
+
+    small = torch.randn(1, 4)
+    compiled = compile_fn(fn, small.clone().expand(3, 4))
+    a = torch.randn(1, 4)
+    b = a.clone()
+    torch.testing.assert_close(compiled(b.expand(3, 4)), fn(a.expand(3, 4)))
+    torch.testing.assert_close(b, a)
+
+
+def test_writes_to_self_overlapping_inputs_are_refused_before_running():
+    x = torch.randn(6).as_strided((3, 3), (1, 1))   # rows overlap, not by broadcasting
+    with pytest.raises(NotImplementedError, match="overlaps itself"):
+        compile_fn(lambda t: t.fill_(1.0), x.clone().as_strided((3, 3), (1, 1)))
+
+
+def foreach_step(ps, gs, ms):
+    torch._foreach_mul_(ms, 0.9)
+    torch._foreach_add_(ms, gs)
+    torch._foreach_addcmul_(ps, ms, gs, value=-0.1)
+    torch._foreach_lerp_(gs, ms, 0.5)
+    roots = torch._foreach_sqrt(torch._foreach_abs(ps))
+    return roots
+
+
+def test_foreach_inplace_writes_reach_every_list_element():
+    def make():
+        return [torch.randn(3, 4), torch.randn(5), torch.randn(2, 2).t()]
+
+    ps, gs, ms = make(), make(), make()
+    compiled = compile_fn(lambda *t: foreach_step(list(t[:3]), list(t[3:6]), list(t[6:])), *ps, *gs, *ms)
+    ps, gs, ms = make(), make(), make()
+    mine = [t.clone() for t in (*ps, *gs, *ms)]
+    want = foreach_step(ps, gs, ms)
+    got = compiled(*mine)
+    torch.testing.assert_close(list(got), list(want))
+    torch.testing.assert_close(mine, [*ps, *gs, *ms])
