@@ -10,6 +10,7 @@ import types
 from typing import Any
 
 from .interp.session import NULL, UNBOUND, ModeExit, ResumeIter, Unsupported
+from .sources import KEY_TABLE
 from .variables import (
     BoundV,
     CellV,
@@ -43,7 +44,7 @@ def _make_fn(code, globals_, defaults, kwdefaults, closure, qualname):
 _RUNTIME = {"NULL": NULL, "UNBOUND": UNBOUND, "_ResumeIter": ResumeIter, "_ModeExit": ModeExit,
             "_new_obj": _new_obj, "_make_fn": _make_fn, "_cell": types.CellType,
             "_MethodType": types.MethodType, "_setattr": object.__setattr__,
-            "_set_grad": __import__("torch")._C._set_grad_enabled}
+            "_set_grad": __import__("torch")._C._set_grad_enabled, "_SK": KEY_TABLE}
 
 
 class Rebuild:
@@ -105,8 +106,9 @@ class Rebuild:
         return f"O[{self.outputs.index(v.node)}]"
 
     def _const(self, value) -> str:
-        if isinstance(value, (int, float, str, bool, type(None))) and repr(value) == repr(value) \
-                and not (isinstance(value, float) and (value != value or value in (float("inf"), float("-inf")))):
+        # Exact types: an IntEnum member is an int whose repr is not Python.
+        if type(value) in (int, float, str, bool, type(None)) \
+                and not (type(value) is float and (value != value or value in (float("inf"), float("-inf")))):
             return repr(value)
         return self.refs(value)
 
@@ -183,7 +185,7 @@ def generate_runner(name: str, call_args: list[str], has_params: bool, root_key:
     reads ``O``, the graph's outputs)."""
     src = ["def run(F, C):"] + ["    " + line for line in prologue]
     if has_params:
-        src.append(f"    P = MS[{root_key}][1]")
+        src += ["    P = MS.params", "    MS.params = None"]  # left by the guard; cleared: no lingering refs
     if graph_fn is not None:
         args = ", ".join(call_args + (["*P"] if has_params else []))
         src.append(f"    O = GRAPH({args})")

@@ -3,17 +3,18 @@
 Each guard is a short Python condition over the frame state ``F`` (arguments, then the live
 stack at a resume point) and the cells ``C``. The guards of one cache entry become one
 straight-line generated function (source kept on the entry for ``TC_LOGS=guards``). Guards
-on module state (parameters, buffers, flags such as ``self.training``) are *gated*: they run
-only when the module-state epoch changed since this entry last checked this root module, so
-the cost of a hit does not grow with the number of parameters.
+on module state (parameters, buffers, submodules, flags such as ``self.training``) run on every
+call like the others; their sources read the module's dictionaries directly (``module_state``),
+and the module-owned tensors they check are handed to the runner, which does not read them again.
 """
 
 from __future__ import annotations
 
 import torch
 
-from . import module_state
-from .sources import Source
+import threading
+
+from .sources import KEY_TABLE, Source
 
 _TYPE_NAMES = {int: "int", float: "float", bool: "bool", str: "str", type(None): "NoneType"}
 
@@ -35,6 +36,7 @@ class GuardSet:
         self.objects: dict[int, tuple[str, object]] = {}
         self._seen: set[str] = set()
         self.names = names  # frame slot names, for readable descriptions
+        self.bound: dict[str, str] = {}  # source expression -> local name a tensor guard bound it to
 
     # ---- building ---------------------------------------------------------------------------
     def ref(self, obj: object) -> str:
@@ -84,8 +86,9 @@ class GuardSet:
                  f"keys of {self.readable(source)} == {keys!r}")
 
     def tensor(self, source: Source, t: torch.Tensor) -> None:
-        e = source.expr
-        cond = (f"type({e}) is {self.ref(type(t))} and {e}.dtype is {self.ref(t.dtype)} and "
+        # The value is read once (a walrus-bound local), not once per property.
+        e = self.bound.setdefault(source.expr, f"_t{len(self.bound)}")
+        cond = (f"type({e} := {source.expr}) is {self.ref(type(t))} and {e}.dtype is {self.ref(t.dtype)} and "
                 f"{e}.size() == {tuple(t.shape)!r} and {e}.stride() == {tuple(t.stride())!r} and "
                 f"{e}.requires_grad is {t.requires_grad} and {e}.device == {self.ref(t.device)}")
         spec = f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)} stride={tuple(t.stride())} {t.device}"
@@ -116,27 +119,19 @@ def _body(guards: list[Guard], fail: str) -> list[str]:
 def compile_guards(gs: GuardSet, param_exprs: list[str], globals_: dict) -> tuple:
     """Generate ``guard(F, C) -> bool``, a diagnosis ``why(F, C) -> str|None`` and the source.
 
-    ``param_exprs`` read the module-owned tensor inputs; the gated check caches them per root
-    module (``MS[key] = (epoch, params)``) so the entry's runner can take them without reading
-    each attribute again.
+    ``param_exprs`` read the module-owned tensor inputs: a passing guard leaves them, as its
+    tensor guards read them, in ``MS.params`` (per thread) for the entry's runner, which takes
+    them from there and clears the slot.
     """
-    ms: dict = {}
+    ms = threading.local()
     scope = {name: obj for name, obj in gs.objects.values()}
-    scope.update(MS=ms, EPOCH=module_state.EPOCH, G=globals_)
+    scope.update(MS=ms, G=globals_, _SK=KEY_TABLE)
     root_key = _root_key(gs)
     src = ["def guard(F, C):", "  try:"]
-    src += ["  " + line for line in _body(gs.fast, "False")]
-    if root_key:
-        src += [f"      st = MS.get({root_key})",
-                "      if st is not None and st[0] == EPOCH[0]:",
-                "          return st[1] is not None",
-                f"      return slow(F, C, {root_key})"]
+    src += ["  " + line for line in _body(gs.fast + gs.gated, "False")]
+    if param_exprs:
+        src.append(f"      MS.params = [{', '.join(gs.bound.get(e, e) for e in param_exprs)}]")
     src += ["      return True", "  except Exception:", "      return False", ""]
-    src += ["def slow(F, C, key):", "  epoch = EPOCH[0]", "  try:"]
-    src += ["  " + line for line in _body(gs.gated, "_bad(key, epoch)")]
-    src += [f"      MS[key] = (epoch, [{', '.join(param_exprs)}])", "      return True",
-            "  except Exception:", "      return _bad(key, epoch)", "",
-            "def _bad(key, epoch):", "  MS[key] = (epoch, None)", "  return False", ""]
     src += ["def why(F, C):", "  try:"]
     src += ["  " + line for line in _body(gs.fast + gs.gated, "TEXT")]
     src += ["  except Exception as e:", "      return f'guard raised {e!r}'", "  return None"]

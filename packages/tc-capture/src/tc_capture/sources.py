@@ -2,8 +2,9 @@
 
 Guards and generated input-reading code are built from sources. A source is *gated* when it
 is reached from a root ``nn.Module`` only through module-owned steps (attributes of modules,
-items of module containers): its guards run only after some module changed (see
-``module_state``), so a cache hit does not pay for them.
+items of module containers): the tensors among them are the entry's module-owned inputs, and
+the steps are read straight from the module's dictionaries (see ``module_state``), so checking
+them on every call stays cheap.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import re
 
 import torch
+
+from . import module_state
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _IMMUTABLE = (tuple, str, bytes, frozenset, int, float, bool, torch.Size)
@@ -27,20 +30,43 @@ class Source:
 
     def attr(self, name: str, owner: object) -> Source:
         expr = f"{self.expr}.{name}" if _IDENT.match(name) else f"getattr({self.expr}, {name!r})"
+        expr = module_state.attr_expr(self.expr, name, owner) or expr
         return self._step(expr, f"{self.name}_{name}", self._owns(owner))
 
     def item(self, key: object, owner: object) -> Source:
-        return self._step(f"{self.expr}[{key!r}]", f"{self.name}_{key}", self._owns(owner))
+        expr = module_state.item_expr(self.expr, key, owner) or f"{self.expr}[{key_expr(key)}]"
+        return self._step(expr, f"{self.name}_{key}", self._owns(owner))
 
     def _owns(self, owner: object) -> bool:
         # Module state, and immutable values reached through it (a conv's ``stride`` tuple): both
-        # change only through a module's __setattr__, which moves the module-state epoch.
+        # change only through a module's __setattr__.
         return isinstance(owner, torch.nn.Module) or self.gated and isinstance(owner, _IMMUTABLE)
 
     def _step(self, expr: str, name: str, module_owned: bool) -> Source:
         if not module_owned:
             return Source(expr, name)
         return Source(expr, name, True, self.root if self.gated else self)
+
+
+_LITERAL = (int, str, bytes, bool, type(None))
+# Keys that have no literal spelling (enum members, nan, objects): generated code reads them from
+# this table (``_SK`` in the scope of guards and runners), so a key is never spliced as text.
+KEYS: dict[tuple, tuple[int, object]] = {}
+KEY_TABLE: list = []
+
+
+def key_expr(key: object) -> str:
+    """A Python expression evaluating to ``key`` (same type and value), safe to splice."""
+    t = type(key)
+    if t in _LITERAL or t is float and key == key and key not in (float("inf"), float("-inf")):
+        return repr(key)
+    if t is tuple:
+        return "(" + "".join(key_expr(k) + ", " for k in key) + ")"
+    slot = KEYS.get((t, id(key)))
+    if slot is None or slot[1] is not key:
+        KEY_TABLE.append(key)
+        slot = KEYS[(t, id(key))] = (len(KEY_TABLE) - 1, key)
+    return f"_SK[{slot[0]}]"
 
 
 def local(index: int, name: str) -> Source:
@@ -56,6 +82,11 @@ def cell(index: int, name: str) -> Source:
 
 
 def pretty(source: Source, names: list[str]) -> str:
-    """The source as a user reads it: ``F[0].weight`` → ``self.weight``."""
-    return re.sub(r"F\[(\d+)\]", lambda m: names[int(m.group(1))] if int(m.group(1)) < len(names)
+    """The source as a user reads it: ``F[0]._modules['fc']._parameters['weight']`` →
+    ``self.fc.weight``."""
+    text = re.sub(r"F\[(\d+)\]", lambda m: names[int(m.group(1))] if int(m.group(1)) < len(names)
                   else f"stack[{int(m.group(1)) - len(names)}]", source.expr)
+    return _STORE_READ.sub(lambda m: f".{m.group(1)}" if m.group(1).isidentifier() else f"[{m.group(1)}]", text)
+
+
+_STORE_READ = re.compile(r"\._(?:parameters|buffers|modules)\['([^'\\]*)'\]")

@@ -134,7 +134,11 @@ def _opaque_attr(f, obj: Const, name: str) -> V:
     except AttributeError as e:
         raise AttrMissing(str(e)) from e
     if isinstance(found, (types.BuiltinMethodType, types.MethodWrapperType)) and found.__self__ is obj.value:
-        return Const(found)  # a fresh bound method each time: guarding its identity would always fail
+        # A fresh bound method each time: guarding its identity would always fail. Bound to this
+        # call's object, it is read again from the object's source (never baked: a resumed frame
+        # would call the first call's `array.copy`).
+        source = obj.source.attr(name, obj.value) if obj.source is not None else None
+        return Const(found, source)
     return _sourced(f, found, obj.source, name, obj.value)
 
 
@@ -180,13 +184,13 @@ def _class_attr(f, obj: V, cls: type, name: str, start_after: type | None = None
         if inst_dict is not None and name in inst_dict:
             return _sourced(f, inst_dict[name], obj.source, name, obj.value)
     if found:
-        return _bind(desc, obj, cls)
+        return _bind(desc, obj, cls, name)
     if not found and _lookup(cls, "__getattr__")[0] and not issubclass(cls, torch.nn.Module):
         raise Unsupported(f"{cls.__name__}.__getattr__ would run for {name!r}")
     raise AttrMissing(f"{cls.__name__!r} object has no attribute {name!r}")
 
 
-def _bind(desc, obj: V, cls: type) -> V:
+def _bind(desc, obj: V, cls: type, name: str) -> V:
     if isinstance(desc, staticmethod):
         return Const(desc.__func__)
     if isinstance(desc, classmethod):
@@ -194,7 +198,9 @@ def _bind(desc, obj: V, cls: type) -> V:
     if isinstance(desc, types.FunctionType):
         return BoundV(Const(desc), obj)
     if hasattr(desc, "__get__") and isinstance(obj, Const):
-        return Const(desc.__get__(obj.value, cls))
+        # Bound to this call's object: read again from its source, never baked (see _opaque_attr).
+        source = obj.source.attr(name, obj.value) if obj.source is not None else None
+        return Const(desc.__get__(obj.value, cls), source)
     return Const(desc)
 
 

@@ -64,8 +64,7 @@ _UNSAFE_TORCH = {"manual_seed", "seed", "save", "load", "set_default_dtype", "se
 # not Dynamo and not exporting or scripting.
 _TORCH_CONSTANTS = {torch.jit.is_scripting: False, torch.jit.is_tracing: False, torch._C._get_tracing_state: None,
                     torch.compiler.is_compiling: True, torch.compiler.is_dynamo_compiling: False,
-                    torch.compiler.is_exporting: False, torch._C._is_torch_function_mode_enabled: False,
-                    torch.is_inference_mode_enabled: False}
+                    torch.compiler.is_exporting: False, torch._C._is_torch_function_mode_enabled: False}
 _PURE_MODULES = {"math", "operator", "_operator", "builtins", "itertools", "functools", "string", "inspect"}
 
 
@@ -266,6 +265,8 @@ def _foreach_with_tensor_scalars(f, fn, args, kwargs) -> V:
 
 
 def tensor_method(f, name: str, self_v: V, args, kwargs) -> V:
+    if name == "is_inference" and isinstance(self_v, TensorV) and not args and not kwargs:
+        return _is_inference(f, self_v)
     if name in DATA_METHODS:
         raise Unsupported(f"Tensor.{name}() hands tensor data to Python")
     if not isinstance(self_v, TensorV):
@@ -273,6 +274,17 @@ def tensor_method(f, name: str, self_v: V, args, kwargs) -> V:
     if _tensor_value(name, args, kwargs) is not None:
         return _pointwise_with_tensor_value(f, name, self_v, args, kwargs)
     return record(f.session, name, (self_v, *args), kwargs)
+
+
+def _is_inference(f, t: TensorV) -> V:
+    """Fake tensors are never inference tensors: an input's answer is read and guarded; a computed
+    tensor's depends on views of inference inputs and the ambient mode, so it is a break."""
+    real = f.session.real_input(t)
+    if real is None:
+        raise Unsupported("Tensor.is_inference() of a computed tensor")
+    value, g = real.is_inference(), f.session.guards
+    g.add(t.source, f"{t.source.expr}.is_inference() is {value}", f"{g.readable(t.source)}.is_inference() is {value}")
+    return Const(value)
 
 
 # ---- modules -------------------------------------------------------------------------------------

@@ -55,6 +55,7 @@ _TABLE = {
     "torch.is_deterministic_algorithms_warn_only_enabled": "as above",
     "torch._C._len_torch_dispatch_stack": "dispatch modes are entered outside the frame",
     "torch._C._is_torch_function_enabled": "DisableTorchFunction is entered outside the frame",
+    "torch.is_inference_mode_enabled": "inference_mode blocks inside the frame are not captured",
 }
 _FIXED = {"torch.backends.cudnn.is_available", "torch.backends.mkldnn.is_available", "torch.cuda.is_available"}
 _AUTOCAST = {"torch.is_autocast_enabled", "torch.get_autocast_dtype", "torch.is_autocast_cache_enabled",

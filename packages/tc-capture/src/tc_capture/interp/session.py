@@ -19,6 +19,7 @@ UNBOUND = type("UNBOUND", (), {"__repr__": lambda self: "UNBOUND", "__slots__": 
 
 _EQ_TYPES = (int, float, bool, str, bytes, complex, type(None), torch.dtype, torch.device,
              torch.memory_format, torch.layout, type(Ellipsis), torch.Size)
+_CONTENT_TYPES = (set, frozenset, type({}.keys()), type({}.values()), type({}.items()))
 _ID_TYPES = (types.FunctionType, types.BuiltinFunctionType, types.ModuleType, type,
              types.MethodDescriptorType, types.WrapperDescriptorType, types.BuiltinMethodType,
              types.GetSetDescriptorType, types.MemberDescriptorType, staticmethod, classmethod,
@@ -141,6 +142,8 @@ class Session:
             g.type_is(source, value)
             g.add(source, f"{source.expr}.state == {g.ref(value.state)}", f"{g.readable(source)} restores {value.state}")
             return ExitV(value.kind, value.state, source)
+        if t in _CONTENT_TYPES:
+            return self._by_contents(value, source)
         if isinstance(value, types.MethodType):
             g.type_is(source, value)
             func = self.wrap(value.__func__, source.attr("__func__", value))
@@ -150,6 +153,18 @@ class Session:
             g.identity(source, value)
             return Const(value, source)
         g.type_is(source, value)  # modules and user objects: attributes are guarded as they are read
+        return Const(value, source)
+
+    def _by_contents(self, value, source: S.Source) -> V:
+        """A set, frozenset or dict view argument is folded at capture time (its operations run on
+        the real value), so its contents and their order are guarded; one holding other than
+        plain constants is a break."""
+        items = list(value)
+        if not all(type(x) in _EQ_TYPES for x in items):
+            raise Unsupported(f"a {type(value).__name__} argument holding other than plain constants")
+        g = self.guards
+        g.type_is(source, value)
+        g.add(source, f"list({source.expr}) == {g.ref(items)}", f"list({g.readable(source)}) == {items!r:.80}")
         return Const(value, source)
 
     def _sequence(self, value, source: S.Source, kind):

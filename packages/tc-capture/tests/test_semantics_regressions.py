@@ -1,0 +1,133 @@
+"""Regressions of issue 12 item 6 (Python semantics in capture) and of guard code generation:
+each compared with eager over calls with different inputs (values, types, side effects)."""
+
+from __future__ import annotations
+
+import enum
+
+import pytest
+import torch
+
+import tc_capture
+from tc_capture.api import interpret_backend
+
+
+def _brk():
+    print("break")
+
+
+def _same(a, b):
+    assert type(a) is type(b), f"{type(a)} vs {type(b)}"
+    if isinstance(a, torch.Tensor):
+        torch.testing.assert_close(b, a)
+        assert a.requires_grad == b.requires_grad
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            _same(x, y)
+    elif isinstance(a, dict):
+        assert list(a) == list(b)
+        for k in a:
+            _same(a[k], b[k])
+    elif type(a).__module__ == "numpy":
+        assert (a == b).all()
+    else:
+        assert a == b, f"{a!r} vs {b!r}"
+
+
+def _copy(x):
+    """Arguments for the compiled call: mutable containers and tensors copied, the rest shared."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().clone().requires_grad_(x.requires_grad)
+    if type(x) in (list, tuple):
+        return type(x)(_copy(i) for i in x)
+    if type(x) is dict:
+        return {k: _copy(v) for k, v in x.items()}
+    return x
+
+
+def _compare(fn, arg_sets, fullgraph=False):
+    compiled = tc_capture.optimize(interpret_backend, fullgraph=fullgraph)(fn)
+    for make in arg_sets:
+        args = make()
+        copies = _copy(args)
+        _same(fn(*args), compiled(*copies))
+        _same(args, copies)  # side effects on the arguments
+
+
+# ---- values living across a graph break -------------------------------------------------------
+def numpy_copy_across_break(x):
+    a = x.numpy().copy()
+    _brk()
+    return a, x + 1
+
+
+def bound_builtin_method_across_break(x, items):
+    add = items.append
+    _brk()
+    add(x.sum())
+    return len(items)
+
+
+def test_values_across_break_are_this_calls():
+    _compare(numpy_copy_across_break, [lambda: (torch.ones(2),), lambda: (torch.full((2,), 5.0),)])
+    _compare(bound_builtin_method_across_break, [lambda: (torch.ones(2), []), lambda: (torch.ones(2), [1, 2])])
+
+
+# ---- guards on facts the graph relied on ------------------------------------------------------
+def keys_arg(keys, x):
+    return x * (2 if "a" in keys else 3), sorted(keys)
+
+
+def frozenset_arg(s, x):
+    return x + len(s), 3 in s
+
+
+def test_dict_keys_and_set_arguments_are_guarded_by_contents():
+    _compare(keys_arg, [lambda: ({"a": 1}.keys(), torch.ones(2)), lambda: ({"b": 1}.keys(), torch.ones(2)),
+                        lambda: ({"a": 1, "c": 2}.keys(), torch.ones(2))], fullgraph=True)
+    _compare(frozenset_arg, [lambda: (frozenset({1, 2}), torch.ones(2)), lambda: (frozenset({3}), torch.ones(2))],
+             fullgraph=True)
+
+
+def is_inference_arg(x):
+    return x.is_inference(), torch.is_inference_mode_enabled(), x + 1
+
+
+def test_is_inference_is_guarded():
+    with torch.inference_mode():
+        inf = torch.ones(2)
+    compiled = tc_capture.optimize(interpret_backend, fullgraph=True)(is_inference_arg)
+    for x in (torch.ones(2), inf, torch.ones(2)):
+        _same(is_inference_arg(x), compiled(x))
+    with torch.inference_mode():
+        _same(is_inference_arg(inf), compiled(inf))
+
+
+# ---- guard code generation: keys never spliced as text -----------------------------------------
+class Color(enum.Enum):
+    RED = 1
+
+
+class Level(enum.IntEnum):
+    HIGH = 3
+
+
+ODD_KEYS = ["it's", 'a"b', "new\nline", "back\\slash", "", 3, -4, 2.5, -0.0, float("inf"), (1, "x"),
+            (Color.RED, -1), Color.RED, Level.HIGH, None, True, b"by\x00", "ünï"]
+
+
+def read_each(d):
+    return [d[k] * 2 for k in d]
+
+
+def read_key(d, k):
+    return d[k] + 1, k
+
+
+@pytest.mark.parametrize("key", ODD_KEYS, ids=repr)
+@pytest.mark.parametrize("fullgraph", [True, False])
+def test_odd_dict_keys_in_guards(key, fullgraph):
+    _compare(read_each, [lambda: ({key: torch.randn(2), "z": torch.randn(2)},)] * 2, fullgraph)
+    tc_capture.reset()
+    _compare(read_key, [lambda: ({key: torch.randn(2)}, key)] * 2, fullgraph)
