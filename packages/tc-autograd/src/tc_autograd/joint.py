@@ -19,6 +19,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import tc_ir
 
+from .attention import bind_attention
 from .cond import bind_higher_order
 from .trace import Recorder, clean_spec, has_tensor, interpret_unwrapped
 
@@ -159,7 +160,7 @@ def trace(graph: tc_ir.Graph, inputs: Sequence[Any], decompositions: dict | None
     # cuDNN batch norm writes running stats behind its schema's back and needs its reserve
     # buffer in the backward; with cuDNN off, CUDA batch norm traces as native_batch_norm.
     with mode, rec, torch.set_grad_enabled(training), _no_autocast_leak(), torch.backends.cudnn.flags(enabled=False):
-        outs = interpret_unwrapped(bind_higher_order(graph, rec), fakes)
+        outs = interpret_unwrapped(bind_attention(bind_higher_order(graph, rec)), fakes)
     nodes: list[tc_ir.Node] = []
     tensors: list[torch.Tensor] = []
     shared = _shared_storages(outs, rec)
