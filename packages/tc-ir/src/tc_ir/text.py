@@ -161,9 +161,11 @@ MAX_TENSOR_BYTES = 1 << 36  # 64 GiB: a spec asking for more is taken for damage
 _MAX_DIMS = 64
 
 
-def parse(text: str | bytes) -> Graph:
+def parse(text: str | bytes, tensors: dict[str, torch.Tensor] | None = None) -> Graph:
     """Parse the text form back into a graph (the inverse of ``str(graph)``).
 
+    ``tensors`` supplies the data of held tensors written without it (``format(data=False)``),
+    by key, e.g. read from a safetensors file; each must match its data line's dtype and shape.
     Raises :class:`ParseError` (naming the line) for anything that is not well-formed tc_ir text:
     bad UTF-8, unknown or unloadable targets, malformed specs, data of the wrong size, cycles."""
     if isinstance(text, (bytes, bytearray, memoryview)):
@@ -181,7 +183,8 @@ def parse(text: str | bytes) -> Graph:
         raise ParseError(f"line 1: text is tc_ir v{version}; this tc_ir reads up to v{VERSION}")
     blocks, data = _split(lines)
     graphs = {name: Graph(name) for name, _, _ in blocks}
-    loaded = {key: _load_data_line(lineno, kind, spec, payload) for key, (lineno, kind, spec, payload) in data.items()}
+    loaded = {key: _load_data_line(lineno, kind, spec, payload, (tensors or {}).get(key))
+              for key, (lineno, kind, spec, payload) in data.items()}
     refs: dict[str, set[str]] = {}
     for name, _, body in blocks:
         refs[name] = _parse_block(graphs[name], body, graphs, loaded)
@@ -226,8 +229,10 @@ def _parse_data_line(line: str, lineno: int) -> tuple[str, tuple]:
         raise ParseError(f"line {lineno}: {e}") from None
 
 
-def _load_data_line(lineno: int, kind: str | None, spec: Any, payload: str) -> Any:
+def _load_data_line(lineno: int, kind: str | None, spec: Any, payload: str, given: Any) -> Any:
     try:
+        if payload == "..." and kind is not None and given is not None:
+            return _given_data(kind, spec, given)
         return _load_data(kind, spec, payload)
     except Exception as e:
         raise ParseError(f"line {lineno}: data: {e}") from None
@@ -246,6 +251,14 @@ def _load_data(kind: str | None, spec: Any, payload: str) -> Any:
         raise ParseError(f"payload has {len(raw)} bytes, spec {spec} needs {nbytes}")
     flat = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
     return tensor_of_spec(flat.view(spec.dtype).reshape(spec.shape), spec, kind == "param")
+
+
+def _given_data(kind: str, spec: Any, given: Any) -> torch.Tensor:
+    checked_nbytes(spec)
+    if not isinstance(given, torch.Tensor) or given.dtype != spec.dtype or tuple(given.shape) != spec.shape:
+        what = f"{given.dtype} {tuple(given.shape)}" if isinstance(given, torch.Tensor) else type(given).__name__
+        raise ParseError(f"tensor data is {what}, the spec says {spec}")
+    return tensor_of_spec(given, spec, kind == "param")
 
 
 def checked_nbytes(spec: Any) -> int:

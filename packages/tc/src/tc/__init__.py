@@ -14,13 +14,14 @@ from .api import compile
 from .backends import BackendCompilerFailed, list_backends, register_backend, tc_ir_backend
 from .cache import load_cache_artifacts, save_cache_artifacts
 from .explain import ExplainReport, explain
-from .export import ExportedProgram, ExportError, export, load
+from .export import ExportedProgram, ExportError, LoadError, export, load
 from .reset import reset
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "compile", "explain", "ExplainReport", "export", "load", "ExportedProgram", "ExportError", "mark_dynamic", "reset",
+    "compile", "explain", "ExplainReport", "export", "load", "ExportedProgram", "ExportError", "LoadError",
+    "mark_dynamic", "reset",
     "is_compiling", "cond", "save_cache_artifacts", "load_cache_artifacts", "list_backends", "register_backend",
     "tc_ir_backend", "BackendCompilerFailed",
 ]

@@ -1,4 +1,15 @@
-"""``tc.export`` / ``tc.load``: one whole-program graph, saved as text, runnable without the source."""
+"""``tc.export`` / ``tc.load``: one whole-program graph, saved as data, runnable without the source.
+
+A ``.tc`` file is a safetensors file (https://github.com/huggingface/safetensors): its tensors
+are the program's weights and buffers as raw data, keyed by their state-dict names, and its
+metadata holds ``format: "tc-export"``, ``version`` and ``graph``: the program's ATen graph in
+``tc_ir`` text form (held tensors named, without bytes). The graph may call only ``torch.ops``
+overloads (aten, prims, and custom ops registered by name in the loading process) and a fixed
+table of Python operators (``tc_ir.targets.loadable_table``). Loading imports nothing, runs
+nothing, and unpickles nothing: a file naming any other target, or malformed in any way
+(truncated, bad UTF-8, absurd sizes, cycles, specs that do not fit the ops), raises
+:class:`LoadError` with the node and line.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +18,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import safetensors
+import safetensors.torch
 import torch
 
+import tc_autograd
 import tc_capture
 import tc_ir
 
@@ -18,6 +32,13 @@ from .options import Options
 
 class ExportError(RuntimeError):
     """The program cannot be exported as one graph; the message lists the graph breaks."""
+
+
+class LoadError(ValueError):
+    """The file is not a well-formed tc export (the message says where and why)."""
+
+
+FORMAT, VERSION = "tc-export", "1"
 
 
 class ExportedProgram:
@@ -44,7 +65,11 @@ class ExportedProgram:
         return self
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(str(self.graph))
+        """Write the program as a ``.tc`` file (safetensors: weights as data, graph as metadata)."""
+        held = {g_key: t for g in [self.graph, *self.graph.subgraphs()] for g_key, t in g.tensors.items()}
+        tensors = {k: t.detach().cpu().contiguous().clone() for k, t in held.items() if isinstance(t, torch.Tensor)}
+        metadata = {"format": FORMAT, "version": VERSION, "graph": self.graph.format(data=False, strict=True)}
+        safetensors.torch.save_file(tensors, str(path), metadata=metadata)
 
     def __str__(self) -> str:
         return self.graph.format(data=False)
@@ -70,9 +95,43 @@ def export(fn_or_module: Callable, *args: Any) -> ExportedProgram:
         raise ExportError(f"tc.export needs one graph, capture made {len(seen)}")
     bound = isinstance(fn_or_module, torch.nn.Module) or inspect.ismethod(fn_or_module)
     owner = fn_or_module if isinstance(fn_or_module, torch.nn.Module) else getattr(fn_or_module, "__self__", None)
-    program = ExportedProgram(_standalone(seen[0], owner, _tensor_paths(args, 1 if bound else 0)))
+    graph = _standalone(seen[0], owner, _tensor_paths(args, 1 if bound else 0))
+    program = ExportedProgram(_to_aten(graph, [a for a in tc_ir.leaves(args) if isinstance(a, torch.Tensor)]))
     _check_same(program, fn_or_module, args)
     return program
+
+
+def _to_aten(graph: tc_ir.Graph, inputs: list[torch.Tensor]) -> tc_ir.Graph:
+    """The program as an ATen inference graph with its weights held: only ``torch.ops`` targets,
+    which is what a file may name (torch-level functions and methods are code, not data)."""
+    lifted, held = tc_ir.lift_held(graph)
+    n = len(inputs)
+    with torch.no_grad():
+        traced = tc_autograd.trace(lifted, [*inputs, *held], decompositions=None, training=False)
+    if traced.mutated_inputs:
+        raise ExportError("tc.export: the program writes to its inputs in place; that cannot be exported")
+    aten = traced.graph
+    values = list(aten.outputs)
+
+    def leaf(out: Any) -> Any:
+        if out.kind == "graph":
+            return values[out.args[0]]
+        if out.kind == "value":
+            return out.args[0]
+        if out.kind == "input" and out.args[0] < n:
+            return aten.inputs[out.args[0]]
+        raise ExportError(f"tc.export: an output aliasing an input or another output ({out.kind}) cannot be exported")
+
+    outputs = tc_ir.map_structure(traced.plan, leaf)
+    for node, source, value in zip(list(aten.inputs[n:]), lifted.inputs[n:], held):
+        with aten.inserting_before(node):
+            kept = aten.param(source.meta["held"], value) if isinstance(value, torch.nn.Parameter) \
+                else aten.constant(source.meta["held"], value)
+        node.replace_all_uses_with(kept)
+        aten.erase(node)
+    aten.output(outputs)
+    aten.verify()
+    return aten
 
 
 def _tensor_paths(args: tuple, first_slot: int) -> list[tuple]:
@@ -94,6 +153,14 @@ def _tensor_paths(args: tuple, first_slot: int) -> list[tuple]:
     return found
 
 
+def _state_name(where: str, state: dict[str, Any]) -> str:
+    """The state-dict name of a parameter or buffer that capture names by attribute path
+    (``_modules.fc1._parameters.weight`` is ``fc1.weight``)."""
+    if where in state:
+        return where
+    return ".".join(p for p in where.split(".") if p not in ("_modules", "_parameters", "_buffers"))
+
+
 def _standalone(graph: tc_ir.Graph, owner: Any, arg_paths: list[tuple]) -> tc_ir.Graph:
     """The captured graph made self-contained: weights held, inputs in the order of the user's
     tensors, and the user's return structure as the graph's output."""
@@ -102,6 +169,7 @@ def _standalone(graph: tc_ir.Graph, owner: Any, arg_paths: list[tuple]) -> tc_ir
     order: dict[tc_ir.Node, int] = {}
     for node, (kind, where) in zip(list(graph.inputs), meta["user_inputs"]):
         if kind in ("param", "buffer"):
+            where = _state_name(where, state)
             value = state[where]
             with graph.inserting_before(node):
                 held = graph.param(where, value) if kind == "param" else graph.constant(where, value)
@@ -133,5 +201,21 @@ def _check_same(program: ExportedProgram, fn: Callable, args: tuple) -> None:
 
 
 def load(path: str | Path) -> ExportedProgram:
-    """Read a program saved by ``ExportedProgram.save``; it runs without the original source."""
-    return ExportedProgram(tc_ir.parse(Path(path).read_text()))
+    """Read a program saved by ``ExportedProgram.save``; it runs without the original source.
+
+    Data only: nothing is imported or executed while loading (see the module docstring for what a
+    file may contain); a malformed file raises :class:`LoadError`."""
+    try:
+        with safetensors.safe_open(str(path), framework="pt") as f:
+            metadata = f.metadata() or {}
+            tensors = {key: f.get_tensor(key) for key in f.keys()}
+    except (OSError, ValueError, RuntimeError, safetensors.SafetensorError) as e:
+        raise LoadError(f"{path}: not a readable tc export (safetensors: {e})") from None
+    if metadata.get("format") != FORMAT or metadata.get("version") != VERSION or "graph" not in metadata:
+        raise LoadError(f"{path}: not a tc export of version {VERSION} (metadata {sorted(metadata)})")
+    try:
+        graph = tc_ir.parse(metadata["graph"], tensors=tensors)
+        graph.verify()
+    except Exception as e:  # hostile data: parse and verify failures alike are a LoadError
+        raise LoadError(f"{path}: {type(e).__name__}: {e}") from None
+    return ExportedProgram(graph)
