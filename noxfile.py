@@ -68,6 +68,15 @@ def zoo(session: nox.Session) -> None:
 
 
 @nox.session
+def fuzz(session: nox.Session) -> None:
+    """Differential fuzzer: N random programs (default 10000, half gradient mode) vs eager, then a table.
+
+    `nox -s fuzz -- 2000 --workers 8 --shrink` (or TC_FUZZ_N); see tests/fuzz/README.md."""
+    _install(session, PACKAGES)
+    session.run("python", "tests/fuzz/run.py", *session.posargs)
+
+
+@nox.session
 def deps(session: nox.Session) -> None:
     """Fail if a package imports one of ours that it does not declare, or breaks the import rule (docs/ARCHITECTURE.md)."""
     session.run("python", str(ROOT / ".ci" / "check_deps.py"))
