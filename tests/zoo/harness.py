@@ -26,6 +26,12 @@ import tc
 # elementwise per tensor. The scaled atol keeps tiny gradients of a large tensor from failing on
 # summation order alone; a real error (a wrong view, a dropped update) is far above these.
 TOL = {"infer": (1e-3, 1e-4), "train": (2e-3, 2e-4)}  # (rtol, atol)
+# A tensor outside that tolerance still matches if tc is as close to a float64 run of the same
+# model as eager float32 is (|tc - f64| <= FP64_FACTOR * |eager - f64| + FP64_ATOL, in max norm):
+# ill-conditioned gradients (batch norm over 2 values at a 1x1 feature map) differ by more than
+# any fixed tolerance between two correct float32 summation orders. torch's own dynamo
+# benchmarks judge accuracy the same way.
+FP64_FACTOR, FP64_ATOL = 3.0, 1e-5
 
 
 @dataclass
@@ -59,21 +65,32 @@ def run_case(case: ZooCase, task: str) -> ZooResult:
     _set_mode(eager, task)
     compiled_model = copy.deepcopy(eager)
     explain_model = copy.deepcopy(eager)
+    reference = copy.deepcopy(eager).double()
     first = case.inputs(torch.Generator().manual_seed(1))
     try:
         _explain(result, explain_model, first, task)
         compiled = tc.compile(compiled_model)
         for call, inputs in enumerate([first, case.inputs(torch.Generator().manual_seed(2))]):
             expected = _run(eager, case, inputs, task)
+            f64 = _float64_run(reference, case, inputs, task)
             start = time.perf_counter()
             actual = _with_warnings(result, lambda i=inputs: _run(compiled, case, i, task, compiled_model))
             if call == 0:
                 result.compile_s = time.perf_counter() - start
-            _compare(result, expected, actual, task, prefix=f"call{call + 1}.")
+            _compare(result, expected, actual, f64, task, prefix=f"call{call + 1}.")
     except Exception as e:  # a crash where eager works is a result, reported in the table
         result.match = False
         result.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
     return result
+
+
+def _float64_run(reference: torch.nn.Module, case: ZooCase, inputs: dict[str, Any], task: str) -> dict:
+    """The float64 run's tensors, or none when the model does not run in float64."""
+    inputs = {k: v.double() if v.is_floating_point() else v for k, v in inputs.items()}
+    try:
+        return _run(reference, case, inputs, task)
+    except Exception:  # the check then falls back to the plain tolerance alone
+        return {}
 
 
 def _set_mode(model: torch.nn.Module, task: str) -> None:
@@ -148,7 +165,7 @@ def _with_warnings(result: ZooResult, fn):
     return out
 
 
-def _compare(result: ZooResult, expected: dict, actual: dict, task: str, prefix: str) -> None:
+def _compare(result: ZooResult, expected: dict, actual: dict, f64: dict, task: str, prefix: str) -> None:
     rtol, atol = TOL[task]
     if set(expected) != set(actual):
         diff = sorted(set(expected) ^ set(actual))[:4]
@@ -156,10 +173,21 @@ def _compare(result: ZooResult, expected: dict, actual: dict, task: str, prefix:
     worst_excess = 0.0
     for name, want in expected.items():
         err, excess = _error(actual[name], want, rtol, atol)
+        if excess > 0 and name in f64 and _as_close_to_f64(actual[name], want, f64[name]):
+            excess = 0.0
         result.max_abs_err = err if result.max_abs_err != result.max_abs_err else max(result.max_abs_err, err)
         if excess > worst_excess:
             worst_excess, result.worst = excess, prefix + name
     result.match = not result.worst  # stays False once a tensor of an earlier call failed
+
+
+def _as_close_to_f64(got: torch.Tensor, want: torch.Tensor, ref: torch.Tensor) -> bool:
+    """Whether tc's float32 result is about as close to the float64 run as eager's float32 is."""
+    if got.shape != ref.shape or not got.is_floating_point():
+        return False
+    got, want, ref = (t.detach().double() for t in (got, want, ref))
+    tc_err, eager_err = (got - ref).abs().max().item(), (want - ref).abs().max().item()
+    return tc_err <= FP64_FACTOR * eager_err + FP64_ATOL * max(1.0, ref.abs().max().item())
 
 
 def _error(got: torch.Tensor, want: torch.Tensor, rtol: float, atol: float) -> tuple[float, float]:
