@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import types
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,9 +14,8 @@ import torch
 
 import tc_ir
 
-from . import module_state
 from .compile_region import Break, Entry
-from .runtime import ALL_CACHES, FrameCache, compiling_depth
+from .runtime import ALL_CACHES, FrameCache, compiling_depth, warn_fallback
 
 
 def is_compiling() -> bool:
@@ -40,7 +40,9 @@ def mark_dynamic(t: torch.Tensor, dim: int) -> None:
     t._tc_dynamic_dims = dims
 
 
-_SHARED_CACHES: dict[tuple, FrameCache] = {}
+# Weak values: a cache lives as long as a compiled function or module that uses it holds it, and
+# goes (with its entries, compiled graphs and what their guards reference) when the last one goes.
+_SHARED_CACHES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
 def frame_cache(fn, backend: Callable, fullgraph: bool, recompile_limit: int) -> FrameCache:
@@ -51,16 +53,16 @@ def frame_cache(fn, backend: Callable, fullgraph: bool, recompile_limit: int) ->
     inputs, and guards check types and state, not which instance it is.
     """
     key = (fn, backend, fullgraph, recompile_limit)
-    if key not in _SHARED_CACHES:
-        _SHARED_CACHES[key] = FrameCache(fn, backend, fullgraph, recompile_limit)
-    return _SHARED_CACHES[key]
+    cache = _SHARED_CACHES.get(key)
+    if cache is None:
+        cache = _SHARED_CACHES[key] = FrameCache(fn, backend, fullgraph, recompile_limit)
+    return cache
 
 
 def reset() -> None:
     """Forget every compiled entry of every optimized function."""
     for cache in list(ALL_CACHES):
         cache.clear()
-    module_state.bump()
 
 
 def _binder(fn) -> Callable:
@@ -75,7 +77,10 @@ def _binder(fn) -> Callable:
     def bind(args, kwargs):
         if simple and not kwargs and len(args) == n:
             return args
-        bound = sig.bind(*args, **kwargs)
+        try:
+            bound = sig.bind(*args, **kwargs)
+        except TypeError:
+            return None  # a call eager rejects: the caller runs it eagerly, for eager's own error
         bound.apply_defaults()
         return tuple(bound.arguments[name] for name in names)
 
@@ -107,8 +112,9 @@ class OptimizedModule:
         found = self._forwards.get(fn)
         if found is None:
             if not isinstance(fn, types.FunctionType):
-                raise TypeError(f"tc_capture: {type(mod).__name__}.forward is not a Python function")
-            found = self._forwards[fn] = (self._make_cache(fn), _binder(fn), bound_self)
+                found = self._forwards[fn] = (_EagerForward(mod, bound_self), _unbound, bound_self)
+            else:
+                found = self._forwards[fn] = (self._make_cache(fn), _binder(fn), bound_self)
         return found
 
     def _forward(self, args, kwargs):
@@ -152,6 +158,33 @@ class OptimizedModule:
         setattr(self._orig_mod, name, value)
 
 
+class _EagerForward:
+    """Stands in for the cache of a ``forward`` that is not a Python function (a C function, a
+    ``functools.partial``): the module runs eagerly, warned once."""
+
+    def __init__(self, mod: torch.nn.Module, bound_self: bool):
+        self.mod, self.bound_self = mod, bound_self
+        self.listeners: list = []
+        self.warned = False
+
+    def call(self, F, args, kwargs):
+        if not self.warned:
+            self.warned = True
+            warn_fallback(*_where(type(self.mod)), f"{type(self.mod).__name__}.forward is not a Python function")
+        return self.mod.forward(*(args[1:] if self.bound_self else args), **kwargs)
+
+
+def _unbound(args, kwargs):
+    return None
+
+
+def _where(obj) -> tuple[str, int]:
+    try:
+        return inspect.getsourcefile(obj) or "<unknown>", inspect.getsourcelines(obj)[1]
+    except (OSError, TypeError):
+        return "<unknown>", 0
+
+
 def _global_hooks() -> bool:
     g = torch.nn.modules.module
     return bool(g._global_forward_hooks or g._global_forward_pre_hooks or g._global_backward_hooks
@@ -171,8 +204,6 @@ def optimize(backend: Callable, *, fullgraph: bool = False, dynamic: bool | None
     >>> bool((f(torch.ones(2)) == 2).all())
     True
     """
-    module_state.install()
-
     def wrap(fn):
         if isinstance(fn, torch.nn.Module):
             return OptimizedModule(fn, lambda forward: frame_cache(forward, backend, fullgraph, recompile_limit))
@@ -252,12 +283,8 @@ def capture(fn, *args, **kwargs) -> CaptureResult:
     cache = compiled._cache if isinstance(compiled, OptimizedModule) else (
         compiled.__func__ if isinstance(compiled, types.MethodType) else compiled)._tc_cache
     cache.listeners.append(listen)
-    try:
-        report.result = compiled(*args, **kwargs)
-    finally:
-        for key in [k for k in _SHARED_CACHES if k[1] is private_backend]:
-            ALL_CACHES.remove(_SHARED_CACHES.pop(key))
-    return report
+    report.result = compiled(*args, **kwargs)
+    return report  # the private caches go with ``compiled`` (weakly registered)
 
 
 explain = capture

@@ -4,6 +4,7 @@ into a cache entry: guards, the compiled graph, and the generated runner."""
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -30,6 +31,11 @@ class GraphBreakError(RuntimeError):
     def __init__(self, reason: str, filename: str | None, lineno: int | None):
         super().__init__(f"graph break at {filename}:{lineno}: {reason}")
         self.reason, self.filename, self.lineno = reason, filename, lineno
+
+
+class CompileError(RuntimeError):
+    """tc failed to compile a region under ``fullgraph=True`` (an error inside tc, named with the
+    user's file:line), or a back end was told to raise rather than fall back."""
 
 
 @dataclass
@@ -217,9 +223,12 @@ def _export_meta(code, graph: tc_ir.Graph, out, outputs: list, inputs: list) -> 
 
 
 def _log_graph(graph: tc_ir.Graph) -> None:
+    """Graph text only when a log or a dump asks for it: formatting is not free, and it must not
+    run (or be able to fail) on every capture."""
     if log_graph.isEnabledFor(10):
         log_graph.debug("%s", graph.format(data=False, header="tc_capture"))
-    tc_ir.logs.dump("capture", graph.name, graph.format(data=False))
+    if os.environ.get("TC_DEBUG_DIR"):
+        tc_ir.logs.dump("capture", graph.name, graph.format(data=False))
 
 
 def count_args(code) -> int:

@@ -98,6 +98,10 @@ def _path(node) -> tuple[tuple, list]:
     if isinstance(node, ast.Attribute):
         base, keys = _path(node.value)
         return base, keys + [node.attr]
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) \
+            and node.value.attr in ("_parameters", "_buffers", "_modules"):
+        base, keys = _path(node.value.value)  # a read from a module's store (module_state): m.name
+        return base, keys + [ast.literal_eval(node.slice)]
     if isinstance(node, ast.Subscript):
         base, keys = _path(node.value)
         return base, keys + [ast.literal_eval(node.slice)]

@@ -1,60 +1,76 @@
-"""A process-wide epoch that changes whenever any ``nn.Module``'s state may have changed.
+"""How guards and runners read module state, without patching ``torch.nn.Module``.
 
-Guards on module state (parameters, buffers, submodules, flags) are checked only when the
-epoch moved since an entry last checked a root module. The epoch moves on
-``__setattr__``/``__delattr__`` (this covers ``self.training = ...``, parameter and submodule
-replacement), ``_apply`` (``.to()``, ``.half()``, ``.cuda()`` rewrite ``param.data`` and keep
-the object, so identity alone would miss them), ``train``/``eval``, ``load_state_dict``,
-``requires_grad_``, the ``register_*`` methods and hook registration/removal.
+tc changes nothing outside its own objects: no method of ``nn.Module`` (or anything else in
+torch) is replaced, so other code, ``torch.compile`` included, sees the process exactly as
+without tc. Module state (parameters, buffers, submodules, flags such as ``training``) is
+therefore checked by the generated guards on *every* call, like any other guarded value;
+what keeps that cheap is the way it is read.
 
-Not seen: ``param.requires_grad_(...)`` called on one tensor, ``param.data = t`` by hand, and
-``object.__setattr__`` on a module; after those, call :func:`bump` (``tc_capture.reset()`` also
-works).
+``nn.Module.__getattr__`` is a Python function that runs only after normal attribute lookup
+has failed (an ``AttributeError`` raised and caught first), and ``Sequential.__getitem__``
+walks the container, so ``self.layers[3].weight`` costs microseconds. The expressions
+built here read the same objects straight from the dictionaries where ``nn.Module`` keeps
+them (``self.__dict__['_modules']['layers']._modules['3']._parameters['weight']`` is spelled
+``self._modules['layers']._modules['3']._parameters['weight']``), a few dictionary lookups.
+They are exact under the rules ``nn.Module`` keeps itself: a name lives in at most one of
+``_parameters``/``_buffers``/``_modules``/the instance ``__dict__`` (``__setattr__`` and the
+``register_*`` methods move it), and is not also a class attribute (checked here, at capture;
+the class is guarded by identity). Code that breaks those rules by hand
+(``object.__setattr__`` on a module, ``mod.__dict__[name] = ...`` for a registered name,
+reordering a ``Sequential``'s ``_modules``) is not followed.
+
+Everything a state change can touch is then a guarded value: a submodule by type (so one
+entry serves every instance of a block), a parameter by its tensor guard (dtype, shape,
+stride, device, requires_grad: ``.to()``, ``.half()``, ``requires_grad_()`` and
+``p.data = t`` all fail it), a flag by value. Parameters are graph inputs read at call time,
+so new values (optimizer steps, ``load_state_dict``) need no recompile.
 """
 
 from __future__ import annotations
 
-import functools
-import threading
-
 import torch
 
-EPOCH = [0]
-_lock = threading.Lock()
-_installed = False
+_STORES = ("_parameters", "_buffers", "_modules")
 
-_MODULE_METHODS = ("__setattr__", "__delattr__", "_apply", "train", "load_state_dict", "requires_grad_",
-                   "register_buffer", "register_parameter", "add_module", "register_module",
-                   "register_forward_hook", "register_forward_pre_hook")
+
+def _plain_module(owner: object) -> bool:
+    return isinstance(owner, torch.nn.Module) and type(owner).__getattr__ is torch.nn.Module.__getattr__ \
+        and type(owner).__getattribute__ is object.__getattribute__
+
+
+def _on_type(cls: type, name: str) -> bool:
+    return any(name in vars(klass) for klass in cls.__mro__)
+
+
+def attr_expr(base: str, name: str, owner: object) -> str | None:
+    """``base.name`` read from the store ``nn.Module.__getattr__`` would find it in, or None
+    when plain attribute lookup finds it (instance ``__dict__``, class) or rules are not met."""
+    if not _plain_module(owner) or not name.isidentifier() or name in owner.__dict__ or _on_type(type(owner), name):
+        return None
+    for store in _STORES:
+        d = owner.__dict__.get(store)
+        if isinstance(d, dict) and name in d:
+            return f"{base}.{store}[{name!r}]"
+    return None
+
+
+def item_expr(base: str, key: object, owner: object) -> str | None:
+    """``base[key]`` for the containers of ``torch.nn`` (``ModuleList``/``Sequential`` by a
+    non-negative int, ``ModuleDict`` by str), read from ``_modules``; None for anything else."""
+    cls = type(owner)
+    modules = getattr(owner, "__dict__", {}).get("_modules")
+    if not isinstance(modules, dict) or not _plain_module(owner):
+        return None
+    if type(key) is int and key >= 0 and cls.__getitem__ is torch.nn.ModuleList.__getitem__:
+        return f"{base}._modules[{str(key)!r}]"  # ModuleList indexes its dict by str(index)
+    if type(key) is int and 0 <= key < len(modules) and cls.__getitem__ is torch.nn.Sequential.__getitem__ \
+            and list(modules) == [str(i) for i in range(len(modules))]:
+        return f"{base}._modules[{str(key)!r}]"  # positional, and keys are the positions
+    if type(key) is str and cls.__getitem__ is torch.nn.ModuleDict.__getitem__:
+        return f"{base}._modules[{key!r}]"
+    return None
 
 
 def bump() -> None:
-    EPOCH[0] += 1
-
-
-def _bumping(fn):
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        EPOCH[0] += 1
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            EPOCH[0] += 1
-
-    wrapper._tc_bumps = True
-    return wrapper
-
-
-def install() -> None:
-    """Patch ``nn.Module`` once so that its state changes move the epoch."""
-    global _installed
-    with _lock:
-        if _installed:
-            return
-        for name in _MODULE_METHODS:
-            fn = getattr(torch.nn.Module, name)
-            if not getattr(fn, "_tc_bumps", False):
-                setattr(torch.nn.Module, name, _bumping(fn))
-        handle = torch.utils.hooks.RemovableHandle
-        handle.remove = _bumping(handle.remove)
-        _installed = True
+    """Kept for callers of the earlier design; module state is checked on every call, so there
+    is nothing to announce."""

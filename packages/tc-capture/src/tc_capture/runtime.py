@@ -4,24 +4,32 @@ A frame is run as a chain: find the entry whose guards pass at the current resum
 (compiling one on a miss), run it; if it ended at a graph break, run that one instruction in
 Python (``concrete``) with the rebuilt frame state and continue at the next offset. Resume
 points past the recompile limit run in Python to the end of the frame.
+
+Fail closed: an exception inside tc while compiling a region (capture, guards, the back end's
+tracing, lowering, code generation, build, load) makes that region run eagerly from then on,
+with one warning naming the user's file:line and the reason (``fullgraph=True``: a
+:class:`CompileError` instead). The user's own exceptions reach them unchanged, with their
+frame in the traceback.
 """
 
 from __future__ import annotations
 
 import dis
 import functools
+import os
 import threading
 import warnings
+import weakref
 
 import tc_ir
 
-from .compile_region import Entry, build_entry, capture_region, count_args
+from .compile_region import CompileError, Entry, GraphBreakError, build_entry, capture_region, count_args
 from .concrete import CFrame
 from .native_resume import resume_natively
 
 log_recompiles = tc_ir.logs.get_logger("recompiles")
 _tls = threading.local()
-ALL_CACHES: list = []
+ALL_CACHES: weakref.WeakSet = weakref.WeakSet()  # for reset(); caches die with their owners
 
 
 def compiling_depth() -> int:
@@ -50,13 +58,15 @@ class FrameCache:
         self.entries: dict[int, list[Entry]] = {}
         self.lock = threading.RLock()
         self.warned = False
+        self.failed: set[int] = set()  # resume offsets whose compile failed: they run eagerly
         self.listeners: list = []  # capture() records compiled entries through these
-        ALL_CACHES.append(self)
+        ALL_CACHES.add(self)
 
     def clear(self) -> None:
         with self.lock:
             self.entries = {}
             self.warned = False
+            self.failed = set()
 
     # ---- lookup and compile -------------------------------------------------------------------
     def lookup(self, offset: int, F, C) -> Entry | None:
@@ -71,21 +81,34 @@ class FrameCache:
             if found is not None:
                 return found
             existing = self.entries.get(offset, [])
+            if offset in self.failed:
+                return None
             if len(existing) >= self.limit:
                 self._warn_limit()
                 return None
             if existing:
                 self._log_recompile(existing, offset, F, C)
-            entry = self._compile(offset, F, C, len(existing))
+            try:
+                entry = self._compile(offset, F, C, len(existing))
+            except (GraphBreakError, CompileError):
+                raise  # asked for: fullgraph=True, or a back end told not to fall back
+            except Exception as e:
+                return self._failed(offset, f"{type(e).__name__}: {e}", e)
+            if not entry.guard(F, C):
+                return self._failed(offset, f"its guard rejects the call it was compiled from ({entry.why(F, C)})")
             self.entries[offset] = existing + [entry]
             for listener in self.listeners:
                 listener(entry)
-            if not entry.guard(F, C):  # also fills the entry's module-state cache
-                reason = entry.why(F, C)
-                warnings.warn(f"tc_capture: fresh entry of {self.code.co_name} fails its own guard ({reason}); "
-                              "running this call in Python")
-                return None
             return entry
+
+    def _failed(self, offset: int, reason: str, cause: Exception | None = None) -> None:
+        """Compiling the region at ``offset`` failed inside tc: it runs eagerly from now on."""
+        filename, lineno = self.code.co_filename, _line_at(self.code, offset)
+        if self.fullgraph:
+            raise CompileError(f"tc could not compile {self.code.co_name} at {filename}:{lineno}: {reason}") from cause
+        self.failed.add(offset)
+        warn_fallback(filename, lineno, f"compiling {self.code.co_name} failed: {reason}")
+        return None
 
     def _compile(self, offset: int, F, C, n: int) -> Entry:
         name = f"{self.code.co_name}_{offset}_{n}" if offset else f"{self.code.co_name}_{n}"
@@ -107,6 +130,8 @@ class FrameCache:
 
     # ---- running ------------------------------------------------------------------------------------
     def call(self, F, args, kwargs):
+        if F is None:  # arguments the function does not take: eager raises its own TypeError
+            return self.fn(*args, **kwargs)
         C = self.closure
         entry = self.lookup(0, F, C) or self.miss(0, F, C)
         if entry is None:
@@ -143,7 +168,7 @@ class FrameCache:
         done, result = resume_natively(self.code, self.globals, frame.cells[:len(self.code.co_freevars)], offset, F)
         if done:
             return result
-        raise exc
+        raise_in_user_frame(exc, self.code, _line_at(self.code, offset))
 
     def _continue(self, entry: Entry, out):
         while True:
@@ -158,7 +183,7 @@ class FrameCache:
             except Exception as exc:
                 caught = self._handler(frame, saved, exc)
                 if caught is None:
-                    raise
+                    raise_in_user_frame(exc, self.code, frame.insts[frame.ip - 1].lineno)
                 offset, F, captured = caught
                 if not captured:
                     return self._raise_natively(frame, offset, F, exc)
@@ -191,3 +216,43 @@ def handler_is_captured(code, target: int) -> bool:
         return False
     bare_raise = any(i.opname == "RAISE_VARARGS" and i.arg == 0 for i in insts)
     return not bare_raise and not _READS_HANDLED & set(code.co_names)
+
+
+# ---- failures and tracebacks ----------------------------------------------------------------------
+def warn_fallback(filename: str, lineno: int, reason: str) -> None:
+    """The one warning of an eager fallback, attributed to the user's file:line."""
+    warnings.warn_explicit(f"tc: {filename}:{lineno}: {reason}; running it eagerly", UserWarning,
+                           filename, lineno or 0)
+
+
+def _line_at(code, offset: int) -> int:
+    if offset == 0:
+        return code.co_firstlineno
+    line = code.co_firstlineno
+    for start, lineno in dis.findlinestarts(code):
+        if start > offset:
+            break
+        if lineno is not None:
+            line = lineno
+    return line
+
+
+_OUR_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def raise_in_user_frame(exc: BaseException, code, lineno: int | None):
+    """Raise the user's exception from a frame naming their file, function and line.
+
+    The instruction that raised ran in tc's concrete interpreter, so CPython's traceback would
+    show tc's frames where the user's own frame should be: tc's frames below the raise are cut,
+    and the exception is raised again from a stand-in code object at the user's file:line.
+    """
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_OUR_DIR):
+        tb = tb.tb_next
+    exec(_raiser(code.co_filename, lineno or code.co_firstlineno, code.co_name), {"_exc": exc.with_traceback(tb)})
+
+
+@functools.lru_cache(maxsize=256)
+def _raiser(filename: str, lineno: int, name: str):
+    return compile("\n" * (lineno - 1) + "raise _exc", filename, "exec").replace(co_name=name)
