@@ -89,8 +89,10 @@ def _same_module(module: torch.nn.Module, compiled: Callable, settings: dict[str
         "__reduce_ex__": lambda self, protocol: (_recompiled, (module, settings)),
         "__module__": cls.__module__,
         "__doc__": cls.__doc__,
+        "__qualname__": cls.__qualname__,
     }
-    compiled_cls = type(f"Compiled{cls.__name__}", (cls,), namespace)
+    # the original's name: libraries read it (HF save_pretrained writes it as the architecture)
+    compiled_cls = type(cls.__name__, (cls,), namespace)
     wrapper = object.__new__(compiled_cls)
     object.__setattr__(wrapper, "__dict__", module.__dict__)
     return wrapper
