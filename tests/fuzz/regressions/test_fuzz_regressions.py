@@ -139,3 +139,23 @@ def test_write_through_diagonal_compiles():
                        ["v0 = x0.narrow(-2, -1, 1)", "v1 = v0.diagonal()", "v2 = v1.fill_(3)"], ["v2"], False)
     outcome = check(program, seed=3)
     assert outcome.kind == "pass" and not outcome.fallbacks, (outcome, program.source())
+
+
+@pytest.mark.parametrize("write", ["v0.add_(1.5)", "v0.fill_(2)", "v0.copy_(x1)"])
+def test_fuzz_partial_write_to_a_broadcast_input_changes_every_copy(write):
+    # Found by a layouts x views x in-place sweep: eager writes the one row of memory that every
+    # row of an expanded input shares; tc wrote one row of a (4, 4) value (now: eager fallback).
+    program = _program([((4, 4), torch.float32, "expanded"), ((1,), torch.float32, "contiguous")],
+                       ["v0 = x0.select(0, 1)", f"v1 = {write}", "v2 = x0 * 1"], ["v2", "v0"], False)
+    outcome = check(program, seed=1)
+    assert outcome.kind == "pass", (outcome, program.source())
+
+
+@pytest.mark.parametrize("layout", ["transposed", "step", "offset", "expanded"])
+@pytest.mark.parametrize("grad", [False, True], ids=["forward", "gradient"])
+def test_fuzz_writes_through_views_of_inputs_in_every_layout(layout, grad):
+    program = _program([((4, 4), torch.float32, layout), ((1,), torch.float32, "contiguous")],
+                       ["v0 = x0[::2]", "v1 = v0.mul_(x1)", "v2 = x0.t()", "v3 = v2[1:].fill_(0.5)",
+                        "v4 = x0.sin()"], ["v4", "v0", "v2"], grad)
+    outcome = check(program, seed=2)
+    assert outcome.ok, (outcome, program.source())

@@ -41,6 +41,10 @@ def interpret_compiler(graph: tc_ir.Graph, example_inputs: Sequence[Any]) -> Cal
 def example_of(spec: Any) -> Any:
     """A tensor fitting ``spec`` (what a backward compiler gets as example inputs)."""
     if isinstance(spec, tc_ir.TensorSpec):
+        # in the forward's layout: a backward compiled for another one copies each saved input per call
+        if spec.is_static and all(spec.shape):
+            span = 1 + sum((n - 1) * st for n, st in zip(spec.shape, spec.stride))
+            return torch.zeros(span, dtype=spec.dtype, device=spec.device).as_strided(spec.shape, spec.stride)
         return torch.zeros(spec.shape, dtype=spec.dtype, device=spec.device)
     return None
 

@@ -198,6 +198,29 @@ def scatter(emit: Emit, view: View, base: tc_ir.Node, src: tc_ir.Node) -> tc_ir.
     return rule(emit, _t_args(view), base, src)
 
 
+# Views that keep every element of their base: a write through a chain of them writes every copy
+# of a broadcast element, as the storage model (one value per element of the input) assumes.
+WHOLE_VIEWS = {aten.expand, aten.alias, aten.detach, aten.unsqueeze, aten.permute, aten.transpose, aten.t}
+
+
+def _check_broadcast_write(alias: Alias) -> None:
+    """Refuse a partial write to an input whose memory is broadcast (a stride-0 dim).
+
+    Writing one copy (``x.select(0, 1).add_(1)`` on an expanded ``x``) changes every copy in
+    eager, since they share memory; functionally the input is one value per element, so only
+    writes covering every copy are modelled (``fill_``/``zero_`` of the whole input, or
+    through ``expand``/``t``/``permute``...)."""
+    root = alias.storage.root
+    if alias.storage.input_index is None or not isinstance(root, torch.Tensor):
+        return
+    if not any(s == 0 and n > 1 for n, s in zip(root.shape, root.stride())):
+        return
+    partial = [step.op for step in alias.chain if step.op.overloadpacket not in WHOLE_VIEWS]
+    if partial:
+        raise NotImplementedError(f"tc_autograd: a write through {partial[0]} to part of input "
+                                  f"{alias.storage.input_index}, whose memory is broadcast (stride 0)")
+
+
 class AliasTable:
     """Which node each fake tensor currently is, keeping views and their storages in step."""
 
@@ -237,6 +260,7 @@ class AliasTable:
     def write(self, t: torch.Tensor, value: tc_ir.Node) -> None:
         """Record that ``t`` now holds ``value``: the storage gets ``value`` scattered into it."""
         a = self.alias(t)
+        _check_broadcast_write(a)
         bases = [a.storage.value]
         for step in a.chain[:-1]:
             bases.append(self._replay(step, bases[-1]))

@@ -183,6 +183,7 @@ def _make_function(traced: Traced, forward: Callable, backward: Callable, patter
     all_differentiable = not non_differentiable
     mutated = traced.mutated_inputs
     scatter = _grad_scatter(traced.grad_inputs, len(pattern))
+    boxed = getattr(backward, "call_boxed", None)  # takes a list it may empty (tc_inductor's compiled graphs)
 
     class CompiledFunction(torch.autograd.Function):
         @staticmethod
@@ -207,8 +208,17 @@ def _make_function(traced: Traced, forward: Callable, backward: Callable, patter
                 tangents = [c.contiguous() for c in cotangents]
             else:
                 tangents = [cotangents[k].contiguous() for k in differentiable]
+            if boxed is None:
+                with no_ambient_autocast():
+                    grads = backward(*ctx.saved_tensors, *tangents)
+                return scatter(grads)
+            # Hand the saved tensors over (unless retain_graph keeps them): the compiled backward
+            # frees each after its last use, as eager's autograd frees them node by node.
+            args = [*ctx.saved_tensors, *tangents]
+            del tangents
+            ctx.maybe_clear_saved_tensors()
             with no_ambient_autocast():
-                grads = backward(*ctx.saved_tensors, *tangents)
+                grads = boxed(args)
             return scatter(grads)
 
     return CompiledFunction
