@@ -10,9 +10,10 @@ from .api import CaptureResult, OptimizedModule, capture, explain, interpret_bac
 from .compile_region import Break, CompileError, GraphBreakError
 from .export_meta import rebuild_returns
 from .module_state import bump as bump_module_state
+from .runtime import warn_fallback
 
 __version__ = "0.1.0"
 
 __all__ = ["capture", "explain", "optimize", "reset", "is_compiling", "mark_dynamic", "GraphBreakError", "CompileError",
            "CaptureResult", "Break", "OptimizedModule", "interpret_backend", "bump_module_state",
-           "rebuild_returns"]
+           "rebuild_returns", "warn_fallback"]

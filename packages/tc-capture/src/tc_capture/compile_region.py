@@ -3,6 +3,7 @@ into a cache entry: guards, the compiled graph, and the generated runner."""
 
 from __future__ import annotations
 
+import dis
 import inspect
 import os
 from collections.abc import Callable
@@ -145,6 +146,8 @@ def build_entry(code, globals_, session: Session, out, brk: Break | None, backen
     graph.output(tuple(rb.outputs))
     guard, why, guard_src, ms, root_key = compile_guards(session.guards, [s.expr for _, s, _ in gated], globals_)
     lead, trail = hoist_grad_mode(graph, torch.is_grad_enabled())
+    # Where the region starts in the user's code: back ends name it when they fall back.
+    graph.meta["location"] = (code.co_filename, line_at(code, offset))
     compiled = None
     if graph.calls:
         with torch.set_grad_enabled(torch.is_grad_enabled() if lead is None else lead):
@@ -229,6 +232,19 @@ def _log_graph(graph: tc_ir.Graph) -> None:
         log_graph.debug("%s", graph.format(data=False, header="tc_capture"))
     if os.environ.get("TC_DEBUG_DIR"):
         tc_ir.logs.dump("capture", graph.name, graph.format(data=False))
+
+
+def line_at(code, offset: int) -> int:
+    """The user's line for a region starting at ``offset`` (the ``def`` line for a whole frame)."""
+    if offset == 0:
+        return code.co_firstlineno
+    line = code.co_firstlineno
+    for start, lineno in dis.findlinestarts(code):
+        if start > offset:
+            break
+        if lineno is not None:
+            line = lineno
+    return line
 
 
 def count_args(code) -> int:

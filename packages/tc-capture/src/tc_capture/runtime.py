@@ -23,7 +23,7 @@ import weakref
 
 import tc_ir
 
-from .compile_region import CompileError, Entry, GraphBreakError, build_entry, capture_region, count_args
+from .compile_region import CompileError, Entry, GraphBreakError, build_entry, capture_region, count_args, line_at
 from .concrete import CFrame
 from .native_resume import resume_natively
 
@@ -103,11 +103,11 @@ class FrameCache:
 
     def _failed(self, offset: int, reason: str, cause: Exception | None = None) -> None:
         """Compiling the region at ``offset`` failed inside tc: it runs eagerly from now on."""
-        filename, lineno = self.code.co_filename, _line_at(self.code, offset)
+        filename, lineno = self.code.co_filename, line_at(self.code, offset)
         if self.fullgraph:
             raise CompileError(f"tc could not compile {self.code.co_name} at {filename}:{lineno}: {reason}") from cause
         self.failed.add(offset)
-        warn_fallback(filename, lineno, f"compiling {self.code.co_name} failed: {reason}")
+        warn_fallback(filename, lineno, f"compiling {self.code.co_name} failed ({reason}); running it eagerly")
         return None
 
     def _compile(self, offset: int, F, C, n: int) -> Entry:
@@ -168,7 +168,7 @@ class FrameCache:
         done, result = resume_natively(self.code, self.globals, frame.cells[:len(self.code.co_freevars)], offset, F)
         if done:
             return result
-        raise_in_user_frame(exc, self.code, _line_at(self.code, offset))
+        raise_in_user_frame(exc, self.code, line_at(self.code, offset))
 
     def _continue(self, entry: Entry, out):
         while True:
@@ -221,20 +221,7 @@ def handler_is_captured(code, target: int) -> bool:
 # ---- failures and tracebacks ----------------------------------------------------------------------
 def warn_fallback(filename: str, lineno: int, reason: str) -> None:
     """The one warning of an eager fallback, attributed to the user's file:line."""
-    warnings.warn_explicit(f"tc: {filename}:{lineno}: {reason}; running it eagerly", UserWarning,
-                           filename, lineno or 0)
-
-
-def _line_at(code, offset: int) -> int:
-    if offset == 0:
-        return code.co_firstlineno
-    line = code.co_firstlineno
-    for start, lineno in dis.findlinestarts(code):
-        if start > offset:
-            break
-        if lineno is not None:
-            line = lineno
-    return line
+    warnings.warn_explicit(f"tc: {filename}:{lineno}: {reason}", UserWarning, filename, lineno or 0)
 
 
 _OUR_DIR = os.path.dirname(os.path.abspath(__file__))

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 import tc_autograd
+import tc_capture
 import tc_inductor
 import tc_ir
 import tc_runtime
@@ -33,8 +34,9 @@ _REGISTRY: dict[str, Backend] = {}
 _GRAPH_KINDS = ("fx", "tc_ir")
 
 
-class BackendCompilerFailed(RuntimeError):
-    """A back end raised while compiling a graph and ``options={"fallback": False}`` was set."""
+class BackendCompilerFailed(tc_capture.CompileError):
+    """A back end raised while compiling a graph and ``options={"fallback": False}`` was set
+    (a ``CompileError``: capture lets it through instead of running the region eagerly)."""
 
 
 def tc_ir_backend(fn: Callable) -> Callable:
@@ -159,11 +161,12 @@ def with_fallback(backend: Backend, name: str, options: Options) -> Callable:
     def eager_instead(graph: tc_ir.Graph, e: Exception) -> Callable:
         if not options.fallback:
             raise BackendCompilerFailed(f"back end {name!r} failed on graph {graph.name}: {e}") from e
-        warnings.warn(
-            f"tc: back end {name!r} failed on graph {graph.name} ({type(e).__name__}: {e}); "
-            "running this graph eagerly. Pass options={'fallback': False} to raise instead.",
-            stacklevel=3,
-        )
+        message = (f"back end {name!r} failed on graph {graph.name} ({type(e).__name__}: {e}); "
+                   "running this graph eagerly. Pass options={'fallback': False} to raise instead.")
+        if "location" in graph.meta:  # set by capture: the warning names the user's file:line
+            tc_capture.warn_fallback(*graph.meta["location"], message)
+        else:
+            warnings.warn(f"tc: {message}", stacklevel=3)
         return interpreter(graph)
 
     def compile_graph(graph: tc_ir.Graph, example_inputs: Sequence[Any]) -> Callable:

@@ -39,7 +39,7 @@ from ..variables import (
     V,
 )
 from . import queries
-from .record import DATA_METHODS, record
+from .record import DATA_METHODS, record, to_fake
 from .session import Unsupported
 
 # Folder prefixes end with a separator: ".../site-packages/torch" must not match torchvision.
@@ -113,6 +113,11 @@ def _call_const(f, fn: Const, args, kwargs) -> V:
             return answered
     if queries.dispatch_stack_query(value) and not args and not kwargs:
         return queries.empty_dispatch_stack(f)
+    if value is torch._C._log_api_usage_once and all(isinstance(a, Const) for a in args):
+        value(*[a.value for a in args])  # usage logging, no effect on values: done at capture, not in graphs
+        return Const(None)
+    if isinstance(value, (torch._ops.OpOverloadPacket, torch._library.custom_ops.CustomOpDef)):
+        return torch_call(f, _overload(value, args, kwargs), args, kwargs)
     if is_torch_callable(value):
         return torch_call(f, value, args, kwargs)
     if isinstance(value, types.FunctionType):
@@ -197,6 +202,20 @@ _READ_METHODS = {"get", "keys", "values", "items", "__contains__", "__getitem__"
 
 
 # ---- torch ---------------------------------------------------------------------------------------
+def _overload(op, args, kwargs) -> torch._ops.OpOverload:
+    """The overload a call of ``torch.ops.ns.op`` (a packet) or a ``custom_op`` object runs: graphs
+    hold ``OpOverload``s, which every stage after capture understands. A packet is resolved
+    against its schemas with the arguments' fake values, as calling it resolves them."""
+    if isinstance(op, torch._library.custom_ops.CustomOpDef):
+        return op._opoverload
+    fake_args, fake_kwargs = [to_fake(a) for a in args], {k: to_fake(v) for k, v in kwargs.items()}
+    try:
+        name = torch._C._jit_resolve_packet(op._qualified_op_name, *fake_args, **fake_kwargs)
+    except RuntimeError as e:
+        raise Unsupported(f"no overload of {op._qualified_op_name} takes these arguments: {e}") from e
+    return getattr(op, name)
+
+
 def is_torch_callable(fn) -> bool:
     if isinstance(fn, type) or not callable(fn):
         return False
