@@ -10,7 +10,8 @@ import nox
 ROOT = Path(__file__).parent
 PINS = ["torch==2.13.0", "triton==3.6.0"]
 # numpy: the Triton interpreter (CPU tests of generated kernels) needs it; transformers: HF models in capture tests
-TEST_TOOLS = ["pytest>=8", "hypothesis>=6", "pytest-timeout", "numpy", "transformers==5.23.0"]
+# expecttest: torch.testing._internal (the OpInfo database of tests/opinfo) imports it
+TEST_TOOLS = ["pytest>=8", "hypothesis>=6", "pytest-timeout", "numpy", "transformers==5.23.0", "expecttest"]
 # Folders under packages/; their distributions are named tcjit-ir, ..., tcjit (the umbrella)
 PACKAGES = ["tc-ir", "tc-capture", "tc-autograd", "tc-inductor", "tc-runtime", "tc"]
 
@@ -74,6 +75,16 @@ def fuzz(session: nox.Session) -> None:
     `nox -s fuzz -- 2000 --workers 8 --shrink` (or TC_FUZZ_N); see tests/fuzz/README.md."""
     _install(session, PACKAGES)
     session.run("python", "tests/fuzz/run.py", *session.posargs)
+
+
+@nox.session
+def sweep(session: nox.Session) -> None:
+    """OpInfo sweep: every op of torch's op_db, forward and backward, hand-built graphs and tc.compile vs eager.
+
+    `nox -s sweep -- --workers 4 --samples 0` (all samples); `-- --device cuda` on the GPU host;
+    see tests/opinfo/README.md."""
+    _install(session, PACKAGES)
+    session.run("python", "tests/opinfo/run.py", *session.posargs)
 
 
 @nox.session
