@@ -64,8 +64,6 @@ def _user_model(a, b):
     return h @ b + 1  # a shape mismatch raises here, in the compiled function's own line
 
 
-@pytest.mark.xfail(reason="tc_capture/concrete.py runs the rest of the compiled frame and re-raises "
-                          "from its own frame (see /work/findings/capture-semantics.md)", strict=True)
 def test_user_exception_traceback_shows_the_users_frame():
     fn = tc.compile(_user_model)
     with pytest.raises(RuntimeError) as caught:
