@@ -122,3 +122,25 @@ def test_foreach_inplace_writes_reach_every_list_element():
     got = compiled(*mine)
     torch.testing.assert_close(list(got), list(want))
     torch.testing.assert_close(mine, [*ps, *gs, *ms])
+
+
+def write_first_read_second(a, b):
+    a.add_(1.0)
+    return b * 2
+
+
+def test_a_written_input_sharing_memory_with_another_is_refused():
+    x = torch.randn(3, 3)
+    with pytest.raises(NotImplementedError, match="shares memory"):
+        compile_fn(write_first_read_second, x, x.t())
+
+
+def test_sharing_memory_on_a_later_call_needs_a_variant_that_refuses():
+    compiled = compile_fn(write_first_read_second, torch.randn(3, 3), torch.randn(3, 3))
+    a, b = torch.randn(3, 3), torch.randn(3, 3)
+    torch.testing.assert_close(compiled(a.clone(), b), write_first_read_second(a.clone(), b))
+    x = torch.randn(3, 3)
+    with pytest.raises(NotImplementedError, match="shares memory") as info:
+        compiled(x, x.t())
+    assert info.value.tc_while_compiling  # nothing ran: the caller may run the graph eagerly
+    torch.testing.assert_close(compiled(a.clone(), b), write_first_read_second(a.clone(), b))

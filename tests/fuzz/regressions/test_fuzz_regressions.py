@@ -159,3 +159,23 @@ def test_fuzz_writes_through_views_of_inputs_in_every_layout(layout, grad):
                         "v4 = x0.sin()"], ["v4", "v0", "v2"], grad)
     outcome = check(program, seed=2)
     assert outcome.ok, (outcome, program.source())
+
+
+def write_first_read_second(a, b):
+    a.add_(1.0)
+    return b * 2
+
+
+@pytest.mark.parametrize("second", ["transpose", "row", "same"])
+def test_inputs_sharing_memory_with_a_written_input(second):
+    make = {"transpose": lambda x: (x, x.t()), "row": lambda x: (x, x[0]), "same": lambda x: (x, x)}[second]
+    compiled = tc.compile(write_first_read_second)
+    for aliased in (False, True, False, True):
+        x, other = torch.randn(3, 3), torch.randn(3, 3)
+        y = x.clone()
+        args = make if aliased else (lambda t, other=other: (t, other))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the aliased calls run eagerly, with a warning
+            got = compiled(*args(y))
+        torch.testing.assert_close(got, write_first_read_second(*args(x)))
+        torch.testing.assert_close(y, x)

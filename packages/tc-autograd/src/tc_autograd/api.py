@@ -14,7 +14,7 @@ from . import passes
 from .joint import Traced, trace
 from .partition import Partition
 from .partition import partition as split
-from .runtime import InferenceRunner, TrainingRunner, WrongVariant
+from .runtime import InferenceRunner, TrainingRunner, WrongVariant, storage_groups
 
 INFERENCE = "inference"  # the variant key when nothing is differentiated
 Compiler = Callable[[tc_ir.Graph, Sequence[Any]], Callable]
@@ -135,19 +135,25 @@ class AOTFunction:
         self.num_inputs = len(graph.inputs)
         self.variants: dict[Any, Compiled] = {}
         self.last: Compiled | None = None
+        self.writes_inputs = False  # a variant writes to inputs: sharing memory matters
 
     def key(self, inputs: Sequence[Any]) -> Any:
-        """The variant key: ``INFERENCE``, or which inputs require grad (a tuple of bools)."""
+        """The variant key: ``INFERENCE``, or which inputs require grad (a tuple of bools); once
+        a variant writes to inputs, also which inputs share memory (see ``check_unshared``)."""
         if not torch.is_grad_enabled() or not any_requires_grad(inputs):
-            return INFERENCE
-        return tuple(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs)
+            key: Any = INFERENCE
+        else:
+            key = tuple(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs)
+        groups = storage_groups(inputs) if self.writes_inputs else ()
+        return ("shared", key, groups) if groups else key
 
     def variant(self, inputs: Sequence[Any]) -> Compiled:
         key = self.key(inputs)
         compiled = self.variants.get(key)
         if compiled is None:
             try:
-                compiled = self.variants[key] = Compiled(self.graph, inputs, key, self.options)
+                compiled = self.variants[key] = Compiled(self.graph, inputs, _grad_key(key), self.options)
+                self.writes_inputs |= bool(compiled.traced.mutated_inputs)
             except Exception as e:
                 # Callers (the umbrella's eager fallback) may retry the call another way: tell
                 # them that nothing of the graph ran.
@@ -167,14 +173,14 @@ class AOTFunction:
             raise TypeError(f"tc_autograd: graph {self.graph.name} takes {self.num_inputs} inputs, got {len(inputs)}")
         last = self.last
         if last is not None:
-            if last.key is not INFERENCE:
-                if torch.is_grad_enabled():
-                    try:
+            try:
+                if last.key is not INFERENCE:
+                    if torch.is_grad_enabled():
                         return last.runner(inputs)
-                    except WrongVariant:
-                        pass
-            elif not torch.is_grad_enabled() or not any_requires_grad(inputs):
-                return last.runner(inputs)
+                elif not torch.is_grad_enabled() or not any_requires_grad(inputs):
+                    return last.runner(inputs)
+            except WrongVariant:
+                pass
         return self.variant(inputs).runner(inputs)
 
     # ---- reading --------------------------------------------------------------------------
@@ -202,6 +208,12 @@ class AOTFunction:
 
     def saved_bytes(self) -> int:
         return self.last.partition.saved_bytes() if self.last and self.last.partition else 0
+
+
+def _grad_key(key: Any) -> Any:
+    """The part of a variant key that decides the graphs (memory sharing only decides whether
+    they can be traced at all)."""
+    return key[1] if isinstance(key, tuple) and key and key[0] == "shared" else key
 
 
 def aot(graph: tc_ir.Graph, example_inputs: Sequence[Any], *, fw_compiler: Compiler | None = None,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -196,6 +196,16 @@ def scatter(emit: Emit, view: View, base: tc_ir.Node, src: tc_ir.Node) -> tc_ir.
     if rule is None:
         raise NotImplementedError(f"tc_autograd: cannot functionalize a write through view op {view.op}")
     return rule(emit, _t_args(view), base, src)
+
+
+def storage_groups(inputs: Sequence[Any]) -> tuple:
+    """Positions of tensor inputs sharing a storage, grouped (``()`` when none share: one set)."""
+    seen: dict[int, list[int]] = {}
+    for i, t in enumerate(inputs):
+        if isinstance(t, torch.Tensor) and t.device.type != "meta":
+            seen.setdefault(t.untyped_storage().data_ptr(), []).append(i)
+    return tuple(tuple(g) for g in seen.values() if len(g) > 1)
+
 
 
 # Views that keep every element of their base: a write through a chain of them writes every copy

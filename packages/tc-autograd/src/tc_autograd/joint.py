@@ -21,6 +21,7 @@ import tc_ir
 
 from .attention import bind_attention
 from .cond import bind_higher_order
+from .functionalize import storage_groups
 from .trace import Recorder, clean_spec, has_tensor, interpret_unwrapped
 
 
@@ -183,8 +184,12 @@ def _check_writable(inputs: Sequence[Any], mutated: list[int]) -> None:
     """Inputs written by the graph must take a copy-back: memory overlapping itself only along
     broadcast (stride-0) dims (see ``runtime.distinct_memory``); other overlaps are refused here,
     before anything runs, so the caller can run the graph eagerly instead."""
+    shared = [i for g in storage_groups(inputs) for i in g]
     for i in mutated:
         t = inputs[i]
+        if i in shared:
+            raise NotImplementedError(f"tc_autograd: input {i} is written in place and shares memory with "
+                                      "another input (each input is traced as its own value)")
         if overlaps_beyond_broadcast(tuple(t.shape), t.stride()):
             raise NotImplementedError(f"tc_autograd: input {i} is written in place but its memory overlaps itself "
                                       f"(size {tuple(t.shape)}, stride {t.stride()})")

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from .functionalize import storage_groups
 from .joint import OutputLeaf, Traced
 
 DOUBLE_BACKWARD = ("tc_autograd: double backward (or create_graph=True) through a compiled region "
@@ -113,7 +114,17 @@ def make_rebuild(plan: Any) -> tuple[Callable[[Sequence[Any], Sequence[Any]], An
 
 
 class WrongVariant(Exception):
-    """A training variant was called with inputs whose requires-grad pattern is not its own."""
+    """A variant was called with inputs it was not made for: another requires-grad pattern, or
+    inputs sharing memory with an input the graph writes."""
+
+
+def check_unshared(inputs: Sequence[Any], mutated: list[int]) -> None:
+    """Written inputs must not share memory with other inputs (the graph treats each input as
+    its own value, so a write to one would not show in the other): such a call needs another
+    variant (which refuses to trace, so the caller runs the graph eagerly)."""
+    groups = storage_groups(inputs)
+    if groups and any(i in g for g in groups for i in mutated):
+        raise WrongVariant
 
 
 class InferenceRunner:
@@ -125,6 +136,8 @@ class InferenceRunner:
         self.mutated, self.num_user = traced.mutated_inputs, traced.num_user_outputs
 
     def __call__(self, inputs: Sequence[Any]) -> Any:
+        if self.mutated:
+            check_unshared(inputs, self.mutated)
         grad = torch.is_grad_enabled()
         if grad:
             torch._C._set_grad_enabled(False)
@@ -150,6 +163,8 @@ class TrainingRunner:
         self.mutated, self.num_user = traced.mutated_inputs, traced.num_user_outputs
 
     def __call__(self, inputs: Sequence[Any]) -> Any:
+        if self.mutated:
+            check_unshared(inputs, self.mutated)
         if torch._C._are_functorch_transforms_active():
             values = self.function.apply(*inputs)
         else:
