@@ -10,7 +10,7 @@ import types
 from typing import Any
 
 from .interp.session import NULL, UNBOUND, ModeExit, ResumeIter, Unsupported
-from .sources import KEY_TABLE
+from .sources import RUNTIME_NAMES
 from .variables import (
     BoundV,
     CellV,
@@ -20,6 +20,7 @@ from .variables import (
     ExitV,
     FuncV,
     IterV,
+    LazyV,
     ListV,
     MethodV,
     NullV,
@@ -28,6 +29,7 @@ from .variables import (
     TensorV,
     TupleV,
     V,
+    ViewV,
 )
 
 
@@ -44,7 +46,7 @@ def _make_fn(code, globals_, defaults, kwdefaults, closure, qualname):
 _RUNTIME = {"NULL": NULL, "UNBOUND": UNBOUND, "_ResumeIter": ResumeIter, "_ModeExit": ModeExit,
             "_new_obj": _new_obj, "_make_fn": _make_fn, "_cell": types.CellType,
             "_MethodType": types.MethodType, "_setattr": object.__setattr__,
-            "_set_grad": __import__("torch")._C._set_grad_enabled, "_SK": KEY_TABLE}
+            "_set_grad": __import__("torch")._C._set_grad_enabled, **RUNTIME_NAMES}
 
 
 class Rebuild:
@@ -87,14 +89,27 @@ class Rebuild:
             return self._bind(v, f"{self.refs(v.cls)}({body})")
         if isinstance(v, ListV):
             return self._bind(v, f"[{', '.join(self.expr(x) for x in v.items)}]")
-        if isinstance(v, SetV):
-            return f"{{{', '.join(self.expr(x) for x in v.items)}}}" if v.items else "set()"
+        if isinstance(v, SetV):  # bound once: two names for one set stay one set
+            return self._bind(v, f"{{{', '.join(self.expr(x) for x in v.items)}}}" if v.items else "set()")
         if isinstance(v, TupleV):
             return self._tuple(v)
-        if isinstance(v, DictV):
+        if isinstance(v, DictV):  # bound once, as sets: a dict and its views stay one dict
             body = ", ".join(f"{self._const(k)}: {self.expr(x)}" for k, x in v.items.items())
-            return f"{{{body}}}" if v.cls is dict else f"{self.refs(v.cls)}({{{body}}})"
+            return self._bind(v, f"{{{body}}}" if v.cls is dict else f"{self.refs(v.cls)}({{{body}}})")
+        if isinstance(v, ViewV):
+            return f"{self.expr(v.dict_v)}.{v.kind}()"
+        if isinstance(v, LazyV):
+            return self._lazy(v)
         return self._special(v)
+
+    def _lazy(self, v: LazyV) -> str:
+        """A real ``map``/``filter``/``zip``/``enumerate`` over the rebuilt iterators."""
+        its = [self.expr(x) for x in v.iters]
+        if v.cls is enumerate:
+            return self._bind(v, f"{self.refs(enumerate)}({its[0]}, {v.count})")
+        fn = [] if v.fn is None else [self.expr(v.fn)]
+        strict = ["strict=True"] if v.strict else []
+        return self._bind(v, f"{self.refs(v.cls)}({', '.join(fn + its + strict)})")
 
     def _tensor(self, v: TensorV) -> str:
         if v.source is not None and v.node.op == "input":

@@ -14,7 +14,7 @@ import torch
 
 import threading
 
-from .sources import KEY_TABLE, Source
+from .sources import RUNTIME_NAMES, Source
 
 _TYPE_NAMES = {int: "int", float: "float", bool: "bool", str: "str", type(None): "NoneType"}
 
@@ -125,7 +125,7 @@ def compile_guards(gs: GuardSet, param_exprs: list[str], globals_: dict) -> tupl
     """
     ms = threading.local()
     scope = {name: obj for name, obj in gs.objects.values()}
-    scope.update(MS=ms, G=globals_, _SK=KEY_TABLE)
+    scope.update(MS=ms, G=globals_, **RUNTIME_NAMES)
     root_key = _root_key(gs)
     src = ["def guard(F, C):", "  try:"]
     src += ["  " + line for line in _body(gs.fast + gs.gated, "False")]

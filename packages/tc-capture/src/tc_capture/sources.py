@@ -55,6 +55,18 @@ KEYS: dict[tuple, tuple[int, object]] = {}
 KEY_TABLE: list = []
 
 
+def dict_of_view(view) -> dict:
+    """The dict behind a dict view (``view.mapping`` is a read-only proxy whose one referent is it)."""
+    import gc
+
+    (found,) = gc.get_referents(view.mapping)
+    return found
+
+
+# Names generated guards and runners may use beside F, C, G and the bound objects.
+RUNTIME_NAMES = {"_SK": KEY_TABLE, "_dict_of": dict_of_view}
+
+
 def key_expr(key: object) -> str:
     """A Python expression evaluating to ``key`` (same type and value), safe to splice."""
     t = type(key)

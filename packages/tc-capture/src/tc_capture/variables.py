@@ -129,13 +129,36 @@ class MethodV(V):
 
 
 class IterV(V):
-    """An iterator over known items; rebuilt as a resumable iterator at a graph break."""
+    """An iterator over known items; rebuilt as a resumable iterator at a graph break. ``cls`` is
+    the type ``type()`` answers (``list_iterator``...), ``None`` where it is not known."""
 
-    __slots__ = ("items", "index")
+    __slots__ = ("items", "index", "cls")
 
-    def __init__(self, items, index: int = 0, source=None):
+    def __init__(self, items, index: int = 0, source=None, cls: type | None = None):
         super().__init__(source)
-        self.items, self.index = list(items), index
+        self.items, self.index, self.cls = list(items), index, cls
+
+
+class ViewV(V):
+    """``d.keys()`` / ``d.values()`` / ``d.items()`` of a tracked dict: a live view, read from the
+    dict each time it is used (a key added later is seen, as in Python)."""
+
+    __slots__ = ("dict_v", "kind")
+
+    def __init__(self, dict_v: V, kind: str):
+        super().__init__(None)
+        self.dict_v, self.kind = dict_v, kind
+
+
+class LazyV(V):
+    """A ``map``/``filter``/``zip``/``enumerate`` object: items are pulled from ``iters`` (and
+    ``fn`` called) only when it is consumed, so side effects happen in eager's order."""
+
+    __slots__ = ("cls", "fn", "iters", "count", "strict")
+
+    def __init__(self, cls: type, fn: V | None, iters: list, count: int = 0, strict: bool = False):
+        super().__init__(None)
+        self.cls, self.fn, self.iters, self.count, self.strict = cls, fn, list(iters), count, strict
 
 
 class ObjV(V):

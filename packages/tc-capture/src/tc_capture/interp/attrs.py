@@ -11,7 +11,24 @@ import types
 
 import torch
 
-from ..variables import BoundV, Const, DataDictV, DictV, FuncV, ListV, MethodV, ObjV, SuperV, TensorV, TupleV, V
+from ..variables import (
+    BoundV,
+    Const,
+    DataDictV,
+    DictV,
+    FuncV,
+    IterV,
+    LazyV,
+    ListV,
+    MethodV,
+    ObjV,
+    SetV,
+    SuperV,
+    TensorV,
+    TupleV,
+    V,
+    ViewV,
+)
 from .record import record, run_fake
 from .session import Unsupported
 
@@ -41,10 +58,16 @@ def get_attr(f, obj: V, name: str) -> V:
         if name in obj.fields:
             return obj.fields[name]
         return _class_attr(f, obj, obj.cls, name)
+    if isinstance(obj, TupleV) and obj.cls is not tuple and _python_level(obj.cls, name, tuple):
+        return _named_tuple_attr(f, obj, name)
+    if isinstance(obj, DictV) and obj.cls is not dict and _python_level(obj.cls, name, dict):
+        return _class_attr(f, obj, obj.cls, name)
     if isinstance(obj, (ListV, TupleV, DictV)):
         kind = {ListV: list, TupleV: tuple, DictV: dict}[type(obj)]
         if hasattr(kind, name):
             return BoundV(Const(getattr(kind, name)), obj)
+        if hasattr(getattr(obj, "cls", kind), name):  # a C method of a subclass (OrderedDict.move_to_end)
+            raise Unsupported(f"{obj.cls.__name__}.{name} of a value built while capturing")
         raise AttrMissing(f"{kind.__name__} has no attribute {name!r}")
     if isinstance(obj, FuncV):
         if name in ("__name__", "__qualname__"):
@@ -58,7 +81,44 @@ def get_attr(f, obj: V, name: str) -> V:
         return get_attr(f, obj.func, name)
     if isinstance(obj, Const):
         return _const_attr(f, obj, name)
+    if isinstance(obj, (IterV, LazyV, ViewV, SetV)):
+        return _builtin_obj_attr(obj, name)
     raise Unsupported(f"attribute {name!r} of {type(obj).__name__}")
+
+
+def _python_level(cls: type, name: str, base: type) -> bool:
+    """Whether ``name`` on a subclass of a builtin container comes from the subclass (a field, a
+    Python method or property) rather than from the builtin (bound like the builtin's methods)."""
+    found, desc = _lookup(cls, name)
+    if not found:
+        return True  # AttrMissing, or the subclass's __getattr__: _class_attr says which
+    return isinstance(desc, (types.FunctionType, property, staticmethod, classmethod)) \
+        or type(desc).__name__ == "_tuplegetter"
+
+
+def _named_tuple_attr(f, obj: TupleV, name: str) -> V:
+    """A field of a namedtuple (or torch structseq) by position; anything else from its class
+    (``_asdict``, ``_replace``, a ``NamedTuple``'s own methods and properties)."""
+    fields = getattr(obj.cls, "_fields", None)
+    if fields and name in fields and len(fields) == len(obj.items):
+        return obj.items[fields.index(name)]
+    found, desc = _lookup(obj.cls, name)
+    if found and not isinstance(desc, (types.FunctionType, property, staticmethod, classmethod)):
+        if hasattr(desc, "__get__"):
+            raise Unsupported(f"attribute {name!r} of a {obj.cls.__name__} (a C descriptor)")
+        return Const(desc)
+    return _class_attr(f, obj, obj.cls, name)
+
+
+def _builtin_obj_attr(obj: V, name: str) -> V:
+    """Iterators, lazy map/filter/zip, dict views, sets: ``hasattr`` answers as Python does; a
+    method found is bound (calling one that has no rule is a break)."""
+    from .builtins_ import type_of
+
+    kind = type_of(obj)
+    if not hasattr(kind, name):
+        raise AttrMissing(f"{kind.__name__!r} object has no attribute {name!r}")
+    return BoundV(Const(getattr(kind, name)), obj)
 
 
 def _tensor_attr(f, obj: TensorV, name: str) -> V:

@@ -7,7 +7,7 @@ import types
 
 import torch
 
-from ..variables import BoundV, Const, DictV, FuncV, IterV, ListV, MethodV, ObjV, SetV, SuperV, TensorV, TupleV, V
+from ..variables import BoundV, Const, DictV, FuncV, IterV, LazyV, ListV, MethodV, ObjV, SetV, SuperV, TensorV, TupleV, V, ViewV
 from .pyops import binary, items_of, realize_const
 from .record import record
 from .session import Unsupported
@@ -33,6 +33,8 @@ def length(f, args, kwargs=None) -> V:
     (v,) = args
     if isinstance(v, (ListV, TupleV, SetV, DictV)):
         return Const(len(v.items))
+    if isinstance(v, ViewV):
+        return Const(len(v.dict_v.items))
     if isinstance(v, TensorV):
         return Const(v.fake.shape[0])
     if isinstance(v, Const):
@@ -46,7 +48,12 @@ def length(f, args, kwargs=None) -> V:
     raise Unsupported(f"len() of {type(v).__name__}")
 
 
+_VIEW_TYPES = {"keys": type({}.keys()), "values": type({}.values()), "items": type({}.items())}
+
+
 def type_of(v: V) -> type:
+    """The type Python would report; a value whose type is not known exactly is a break (guessing
+    ``object`` made ``isinstance``/``type()`` answer wrongly)."""
     if isinstance(v, TensorV):
         return v.node.meta.get("type", torch.Tensor) if v.source is not None else torch.Tensor
     if isinstance(v, Const):
@@ -57,7 +64,17 @@ def type_of(v: V) -> type:
         return v.cls
     if isinstance(v, DictV):
         return v.cls
-    return {ListV: list, SetV: set, FuncV: type(type_of), BoundV: type(print), MethodV: type(print)}.get(type(v), object)
+    if isinstance(v, (IterV, LazyV)) and v.cls is not None:
+        return v.cls
+    if isinstance(v, ViewV):
+        return _VIEW_TYPES[v.kind]
+    if isinstance(v, BoundV):
+        python = isinstance(v.func, FuncV) or isinstance(v.func, Const) and isinstance(v.func.value, types.FunctionType)
+        return types.MethodType if python else types.BuiltinMethodType
+    known = {ListV: list, SetV: set, FuncV: types.FunctionType, MethodV: types.BuiltinMethodType}
+    if type(v) in known:
+        return known[type(v)]
+    raise Unsupported(f"the type of a {type(v).__name__} is not known exactly")
 
 
 @builtin(isinstance)
@@ -81,13 +98,12 @@ def _fold_or_tensor(fn, tensor_fn=None):
     def handler(f, args, kwargs):
         if tensor_fn is not None and any(isinstance(a, TensorV) for a in args):
             return record(f.session, tensor_fn, tuple(args), kwargs)
-        if fn in (any, all, sorted) and args and not isinstance(args[0], Const):
-            items = items_of(f, args[0])
-            return Const(fn(_consts(items), **{k: realize_const(v) for k, v in kwargs.items()})) if fn is not sorted \
-                else ListV([Const(x) for x in sorted(_consts(items), **{k: realize_const(v) for k, v in kwargs.items()})])
+        if fn in (any, all) and args and not isinstance(args[0], Const):
+            return _any_all(f, fn, args[0])
+        if fn is sorted:
+            return _sorted(f, args, kwargs)
         if fn is callable:
-            return Const(not isinstance(args[0], (ListV, TupleV, DictV, SetV, TensorV)) and
-                         (not isinstance(args[0], Const) or callable(args[0].value)))
+            return Const(_callable(args[0]))
         try:
             return Const(fn(*_consts(args), **{k: realize_const(v) for k, v in kwargs.items()}))
         except Exception as e:
@@ -127,9 +143,61 @@ def _minmax(fn):
         items = items_of(f, args[0]) if len(args) == 1 else list(args)
         if any(isinstance(a, TensorV) for a in items):
             raise Unsupported(f"{fn.__name__}() over tensors compares their values")
-        return Const(fn(_consts(items), **{k: realize_const(v) for k, v in kwargs.items()}))
+        rest = {k: realize_const(v) for k, v in kwargs.items() if k != "key"}
+        if "default" in rest and not items:
+            return kwargs["default"]
+        keys = _keys(f, items, kwargs.get("key"))
+        try:
+            return items[fn(range(len(items)), key=keys.__getitem__)]
+        except Exception as e:
+            raise Unsupported(f"{fn.__name__}() raised {type(e).__name__}: {e}") from e
 
     return handler
+
+
+def _keys(f, items: list, key: V | None) -> list:
+    """Sort keys of ``items``: a key function is called like any other (a Python one inlined, in
+    order), never run for real while capturing."""
+    from .calls import call_function
+
+    if key is None or isinstance(key, Const) and key.value is None:
+        return [realize_const(x) for x in items]
+    return [realize_const(call_function(f, key, [x], {})) for x in items]
+
+
+def _sorted(f, args, kwargs) -> V:
+    items = items_of(f, args[0])
+    if any(isinstance(a, TensorV) for a in items):
+        raise Unsupported("sorted() over tensors compares their values")
+    keys = _keys(f, items, kwargs.get("key"))
+    reverse = bool(realize_const(kwargs.get("reverse", Const(False))))
+    try:
+        order = sorted(range(len(items)), key=keys.__getitem__, reverse=reverse)
+    except Exception as e:
+        raise Unsupported(f"sorted() raised {type(e).__name__}: {e}") from e
+    return ListV([items[i] for i in order])
+
+
+def _any_all(f, fn, iterable: V) -> V:
+    """Short-circuits like Python: a lazy iterable is consumed only up to the deciding item."""
+    from .iteration import iterate, pull
+    from .truth import truth
+
+    it = iterate(f, iterable)
+    while (x := pull(f, it)) is not None:
+        if truth(f, x) is (fn is any):
+            return Const(fn is any)
+    return Const(fn is all)
+
+
+def _callable(v: V) -> bool:
+    if isinstance(v, (FuncV, BoundV, MethodV)):
+        return True
+    if isinstance(v, Const):
+        return callable(v.value)
+    if isinstance(v, ObjV):
+        return any("__call__" in vars(k) for k in v.cls.__mro__)
+    return False
 
 
 BUILTINS[min], BUILTINS[max] = _minmax(min), _minmax(max)
@@ -159,9 +227,19 @@ def tuple_(f, args, kwargs) -> V:
     return TupleV(items_of(f, args[0]) if args else [])
 
 
-@builtin(set, frozenset)
+@builtin(set)
 def set_(f, args, kwargs) -> V:
-    return Const(set(_consts(items_of(f, args[0]))) if args else set())
+    from .ops_data import set_add
+
+    s = SetV([])
+    for item in items_of(f, args[0]) if args else []:
+        set_add(s.items, item)
+    return s
+
+
+@builtin(frozenset)
+def frozenset_(f, args, kwargs) -> V:
+    return Const(frozenset(_consts(items_of(f, args[0])) if args else ()))
 
 
 @builtin(dict)
@@ -188,48 +266,63 @@ def iter_(f, args, kwargs) -> V:
 
 @builtin(next)
 def next_(f, args, kwargs) -> V:
-    it = args[0]
-    if not isinstance(it, IterV):
-        raise Unsupported(f"next() on {type(it).__name__}")
-    if it.index >= len(it.items):
+    from .iteration import pull
+
+    item = pull(f, args[0])
+    if item is None:
         if len(args) > 1:
             return args[1]
         raise Unsupported("next() on an exhausted iterator (StopIteration)")
-    it.index += 1
-    return it.items[it.index - 1]
+    return item
 
 
+# enumerate/zip/map/filter are lazy, as in Python: nothing is pulled (no function called) until
+# the object is consumed; see iteration.pull.
 @builtin(enumerate)
 def enumerate_(f, args, kwargs) -> V:
+    from .iteration import iterate
+
     start = realize_const(args[1]) if len(args) > 1 else realize_const(kwargs.get("start", Const(0)))
-    return IterV([TupleV([Const(i + start), v]) for i, v in enumerate(items_of(f, args[0]))])
+    if type(start) is not int:
+        raise Unsupported("enumerate() with a start that is not an int")
+    return LazyV(enumerate, None, [iterate(f, args[0])], start)
 
 
 @builtin(zip)
 def zip_(f, args, kwargs) -> V:
-    return IterV([TupleV(group) for group in zip(*(items_of(f, a) for a in args))])
+    from .iteration import iterate
+
+    strict = kwargs.pop("strict", Const(False)) if "strict" in kwargs else Const(False)
+    if kwargs:
+        raise Unsupported(f"zip() with keyword arguments {sorted(kwargs)}")
+    return LazyV(zip, None, [iterate(f, a) for a in args], strict=bool(realize_const(strict)))
 
 
 @builtin(reversed)
 def reversed_(f, args, kwargs) -> V:
-    return IterV(list(reversed(items_of(f, args[0]))))
+    v = args[0]
+    cls = {ListV: type(reversed([])), TupleV: type(reversed(()))}.get(type(v))
+    if cls is None and isinstance(v, Const) and isinstance(v.value, (list, tuple, range, str)):
+        cls = type(reversed(v.value))
+    return IterV(list(reversed(items_of(f, v))), cls=cls)
 
 
 @builtin(map)
 def map_(f, args, kwargs) -> V:
-    from .calls import call_function
+    from .iteration import iterate
 
-    return IterV([call_function(f, args[0], list(group), {}) for group in zip(*(items_of(f, a) for a in args[1:]))])
+    if len(args) < 2 or kwargs:
+        raise Unsupported("map() needs a function and at least one iterable")
+    return LazyV(map, args[0], [iterate(f, a) for a in args[1:]])
 
 
 @builtin(filter)
 def filter_(f, args, kwargs) -> V:
-    from .calls import call_function
-    from .truth import truth
+    from .iteration import iterate
 
-    fn = args[0]
-    return IterV([x for x in items_of(f, args[1])
-                  if truth(f, x if isinstance(fn, Const) and fn.value is None else call_function(f, fn, [x], {}))])
+    if len(args) != 2 or kwargs:
+        raise Unsupported("filter() takes a function and one iterable")
+    return LazyV(filter, args[0], [iterate(f, args[1])])
 
 
 @builtin(getattr)
@@ -301,9 +394,9 @@ BUILTINS[list.index] = lambda f, args, kwargs: Const(_consts(args[0].items).inde
 BUILTINS[list.count] = lambda f, args, kwargs: Const(_consts(args[0].items).count(realize_const(args[1])))
 BUILTINS[tuple.index] = BUILTINS[list.index]
 BUILTINS[tuple.count] = BUILTINS[list.count]
-BUILTINS[dict.keys] = lambda f, args, kwargs: ListV([Const(k) for k in args[0].items])
-BUILTINS[dict.values] = lambda f, args, kwargs: ListV(list(args[0].items.values()))
-BUILTINS[dict.items] = lambda f, args, kwargs: ListV([TupleV([Const(k), v]) for k, v in args[0].items.items()])
+BUILTINS[dict.keys] = lambda f, args, kwargs: ViewV(args[0], "keys")
+BUILTINS[dict.values] = lambda f, args, kwargs: ViewV(args[0], "values")
+BUILTINS[dict.items] = lambda f, args, kwargs: ViewV(args[0], "items")
 BUILTINS[dict.get] = lambda f, args, kwargs: args[0].items.get(realize_const(args[1]),
                                                                args[2] if len(args) > 2 else Const(None))
 BUILTINS[dict.copy] = lambda f, args, kwargs: DictV(args[0].items, cls=args[0].cls)
@@ -455,3 +548,57 @@ def record_function_(f, args, kwargs) -> V:
     import contextlib
 
     return ObjV(contextlib.nullcontext, {"enter_result": Const(None)})
+
+
+# ---- sets built while capturing (SetV): mutations and queries ------------------------------------
+def _set_of(f, v: V) -> list:
+    from .ops_data import set_add
+
+    out: list = []
+    for x in items_of(f, v):
+        set_add(out, x)
+    return out
+
+
+def _set_update(f, s, *others):
+    from .ops_data import set_add
+
+    for other in others:
+        for x in _set_of(f, other):
+            set_add(s.items, x)
+    return Const(None)
+
+
+def _set_discard(f, s, v):
+    key = realize_const(v)
+    s.items[:] = [x for x in s.items if not (isinstance(x, Const) and x.value == key)]
+    return Const(None)
+
+
+def _set_query(method):
+    """A read of sets of constants: computed on the real sets (results are fresh values)."""
+    def handler(f, args, kwargs):
+        values = [set(realize_const(x) for x in _set_of(f, a)) for a in args]
+        out = method(*values)
+        return SetV([Const(x) for x in out]) if isinstance(out, set) else Const(out)
+
+    return handler
+
+
+def _on_setv(handler):
+    def checked(f, args, kwargs):
+        if not args or not isinstance(args[0], SetV):
+            raise Unsupported("a set method on a value that is not a set built while capturing")
+        return handler(f, args, kwargs)
+
+    return checked
+
+
+BUILTINS[set.add] = _on_setv(_mutating(lambda f, s, v: _set_update(f, s, ListV([v]))))
+BUILTINS[set.update] = _on_setv(_mutating(_set_update))
+BUILTINS[set.discard] = _on_setv(_mutating(_set_discard))
+BUILTINS[set.clear] = _on_setv(_mutating(lambda f, s: (s.items.clear(), Const(None))[1]))
+BUILTINS[set.copy] = _on_setv(lambda f, args, kwargs: SetV(args[0].items))
+for _name in ("union", "intersection", "difference", "symmetric_difference", "issubset", "issuperset",
+              "isdisjoint"):
+    BUILTINS[getattr(set, _name)] = _set_query(getattr(set, _name))

@@ -8,20 +8,28 @@ import types
 
 import torch
 
-from ..variables import BoundV, Const, DictV, IterV, ListV, ObjV, SetV, TensorV, TupleV, V
+from ..variables import BoundV, Const, DictV, IterV, LazyV, ListV, ObjV, SetV, TensorV, TupleV, V, ViewV
 from .frame import handler
 from .session import Unsupported
 
 _MODULE_SEQUENCES = (torch.nn.ModuleList, torch.nn.Sequential, torch.nn.ParameterList)
 
 
-def iterate(f, v: V) -> IterV:
-    if isinstance(v, IterV):
+_ITER_TYPES = {ListV: type(iter([])), TupleV: type(iter(())), DictV: type(iter({})), SetV: type(iter(set()))}
+_VIEW_ITER_TYPES = {"keys": type(iter({})), "values": type(iter({}.values())), "items": type(iter({}.items()))}
+
+
+def iterate(f, v: V) -> IterV | LazyV:
+    if isinstance(v, (IterV, LazyV)):
         return v
-    if isinstance(v, (ListV, TupleV, SetV)):
-        return IterV(v.items)
+    if isinstance(v, (ListV, TupleV)):
+        return IterV(v.items, cls=_ITER_TYPES[type(v)])
+    if isinstance(v, SetV):
+        return IterV(set_order(v), cls=_ITER_TYPES[SetV])
     if isinstance(v, DictV):
-        return IterV([Const(k) for k in v.items])
+        return IterV([Const(k) for k in v.items], cls=_ITER_TYPES[DictV])
+    if isinstance(v, ViewV):
+        return IterV(view_items(v), cls=_VIEW_ITER_TYPES[v.kind])
     if isinstance(v, TensorV):
         return _tensor_rows(f, v)
     if isinstance(v, Const):
@@ -29,6 +37,67 @@ def iterate(f, v: V) -> IterV:
     if isinstance(v, ObjV):
         return _object_items(f, v, v.cls)
     raise Unsupported(f"iteration over {type(v).__name__}")
+
+
+def view_items(v: ViewV) -> list[V]:
+    """What a dict view holds now."""
+    items = v.dict_v.items
+    if v.kind == "keys":
+        return [Const(k) for k in items]
+    if v.kind == "values":
+        return list(items.values())
+    return [TupleV([Const(k), x]) for k, x in items.items()]
+
+
+def set_order(v: SetV) -> list[V]:
+    """A set's items in the order CPython iterates them (hash order, not insertion order)."""
+    if not all(isinstance(x, Const) for x in v.items):
+        raise Unsupported("iteration over a set holding tensors or objects (order depends on ids)")
+    by_value = {x.value: x for x in v.items}
+    return [by_value[k] for k in set(by_value)]
+
+
+def pull(f, it: V) -> V | None:
+    """The next item of an iterator, ``None`` once it is exhausted."""
+    if isinstance(it, IterV):
+        if it.index >= len(it.items):
+            return None
+        it.index += 1
+        return it.items[it.index - 1]
+    if isinstance(it, LazyV):
+        return _pull_lazy(f, it)
+    raise Unsupported(f"next() on {type(it).__name__}")
+
+
+def _pull_lazy(f, it: LazyV) -> V | None:
+    from .calls import call_function
+    from .truth import truth
+
+    if it.cls is filter:
+        while (x := pull(f, it.iters[0])) is not None:
+            keep = x if isinstance(it.fn, Const) and it.fn.value is None else call_function(f, it.fn, [x], {})
+            if truth(f, keep):
+                return x
+        return None
+    group = []
+    for sub in it.iters:  # zip and map stop at the first exhausted iterator, as CPython's do
+        x = pull(f, sub)
+        if x is None:
+            if it.strict:
+                _check_strict(f, it, group)
+            return None
+        group.append(x)
+    if it.cls is enumerate:
+        it.count += 1
+        return TupleV([Const(it.count - 1), group[0]])
+    return TupleV(group) if it.cls is zip else call_function(f, it.fn, group, {})
+
+
+def _check_strict(f, it: LazyV, group: list) -> None:
+    """``zip(strict=True)`` ends cleanly only when every iterator ends together; otherwise Python
+    raises ValueError, which the break lets Python raise."""
+    if group or any(pull(f, sub) is not None for sub in it.iters[1:]):
+        raise Unsupported("zip(strict=True) over iterables of different lengths (ValueError)")
 
 
 def _tensor_rows(f, v: TensorV) -> IterV:
@@ -51,10 +120,10 @@ def _const_items(f, v: Const) -> IterV:
     if isinstance(value, (range, str, bytes, tuple, list, frozenset, set, dict, torch.Size)):
         if isinstance(value, (list, dict, set)) and source is not None:
             raise Unsupported("iteration over a mutable container read from an object")
-        return IterV([Const(x) for x in value])
+        return IterV([Const(x) for x in value], cls=type(iter(value)))
     if type(value).__name__ in ("dict_keys", "dict_values", "dict_items", "odict_keys", "odict_values",
                                 "odict_items"):
-        return IterV([_const_or_tuple(x) for x in value])
+        return IterV([_const_or_tuple(x) for x in value], cls=type(iter(value)))
     return _object_items(f, v, type(value))
 
 
@@ -119,11 +188,11 @@ def op_for_iter(f, inst):
     from ..bytecode.versions import for_iter_exit
 
     it = f.stack[-1]
-    if not isinstance(it, IterV):
+    if not isinstance(it, (IterV, LazyV)):
         raise Unsupported(f"FOR_ITER on {type(it).__name__}")
-    if it.index < len(it.items):
-        it.index += 1
-        f.push(it.items[it.index - 1])
+    item = pull(f, it)
+    if item is not None:
+        f.push(item)
     else:
         f.pop()
         f.ip = for_iter_exit(f.insts, f.index_of, inst)

@@ -6,7 +6,7 @@ import operator
 
 import torch
 
-from ..variables import Const, DictV, IterV, ListV, ObjV, SetV, TensorV, TupleV, V
+from ..variables import Const, DictV, IterV, ListV, ObjV, SetV, TensorV, TupleV, V, ViewV
 from .record import record
 from .session import Unsupported
 
@@ -34,11 +34,38 @@ def fold(fn, *args: V) -> Const:
 
 
 def binary(f, fn, a: V, b: V) -> V:
+    own = _own_dunder(a, fn)
+    if own is not None:
+        from .calls import call_function
+
+        return call_function(f, Const(own), [a, b], {})
     if isinstance(a, TensorV) or isinstance(b, TensorV):
         return record(f.session, fn, (a, b), {})
     if isinstance(a, Const) and isinstance(b, Const):
         return fold(_INPLACE_TO_PLAIN.get(fn, fn) if _immutable(a.value) else fn, a, b)
     return _sequence_op(f, fn, a, b)
+
+
+_DUNDERS = {operator.add: "__add__", operator.sub: "__sub__", operator.mul: "__mul__", operator.matmul: "__matmul__",
+            operator.truediv: "__truediv__", operator.floordiv: "__floordiv__", operator.mod: "__mod__",
+            operator.pow: "__pow__", operator.and_: "__and__", operator.or_: "__or__", operator.xor: "__xor__",
+            operator.lshift: "__lshift__", operator.rshift: "__rshift__", operator.iadd: "__iadd__",
+            operator.isub: "__isub__", operator.imul: "__imul__", operator.ior: "__ior__", operator.iand: "__iand__"}
+
+
+def _own_dunder(a: V, fn):
+    """A Python-level operator method of a tuple subclass (a ``NamedTuple`` with its own
+    ``__add__``): called like any method instead of the tuple algebra. The in-place forms fall
+    back to the plain one, as Python does."""
+    if not (isinstance(a, TupleV) and a.cls is not tuple):
+        return None
+    import types
+
+    for name in (_DUNDERS.get(fn), _DUNDERS.get(_INPLACE_TO_PLAIN.get(fn))):
+        method = getattr(a.cls, name, None) if name else None
+        if isinstance(method, types.FunctionType):
+            return method
+    return None
 
 
 def _immutable(x) -> bool:
@@ -70,9 +97,25 @@ def compare(f, op: str, a: V, b: V) -> V:
         return record(f.session, fn, (a, b), {})
     if isinstance(a, Const) and isinstance(b, Const):
         return fold(fn, a, b)
-    if op in ("==", "!=") and type(a) is not type(b):
+    if op in ("==", "!=") and _never_equal(a, b):
         return Const(op == "!=")
     return fold(fn, Const(realize_const(a)), Const(realize_const(b)))
+
+
+def _never_equal(a: V, b: V) -> bool:
+    """A comparison answered without the values: a container against ``None``, or an object of a
+    class without ``__eq__`` (identity) against another value. A list built while capturing and
+    an equal constant list are equal, so other mixes compare values."""
+    def is_none(v):
+        return isinstance(v, Const) and v.value is None
+
+    def plain_obj(v):
+        return isinstance(v, ObjV) and v.cls.__eq__ is object.__eq__
+
+    if is_none(a) or is_none(b):
+        return isinstance(a, (ListV, TupleV, DictV, SetV, IterV)) or isinstance(b, (ListV, TupleV, DictV, SetV, IterV)) \
+            or plain_obj(a) or plain_obj(b)
+    return (plain_obj(a) or plain_obj(b)) and a is not b
 
 
 def identity(a: V, b: V) -> bool:
@@ -88,6 +131,12 @@ def identity(a: V, b: V) -> bool:
 def contains(f, item: V, container: V) -> bool:
     if isinstance(container, DictV):
         return realize_const(item) in container.items
+    if isinstance(container, ViewV):
+        if container.kind == "keys":
+            return realize_const(item) in container.dict_v.items
+        from .iteration import view_items
+
+        return contains(f, item, ListV(view_items(container)))
     if isinstance(container, (ListV, TupleV, SetV)):
         if isinstance(item, TensorV):
             return any(identity(item, x) for x in container.items)
@@ -130,12 +179,17 @@ def realize_const(v: V):
 
 def items_of(f, v: V) -> list[V]:
     """The items of an iterable value, in order (lists, tuples, dict keys, ranges, iterators...)."""
-    from .iteration import iterate
+    from .iteration import iterate, pull
 
     it = iterate(f, v)
-    items = it.items[it.index:]
-    it.index = len(it.items)
-    return list(items)
+    if isinstance(it, IterV):
+        items = it.items[it.index:]
+        it.index = len(it.items)
+        return list(items)
+    items = []
+    while (x := pull(f, it)) is not None:
+        items.append(x)
+    return items
 
 
 def is_obj(v: V) -> bool:

@@ -12,14 +12,15 @@ import tc_ir
 
 from .. import sources as S
 from ..guards import GuardSet
-from ..variables import NULL_V, BoundV, Const, DictV, ExitV, IterV, ListV, TensorV, TupleV, V
+from ..variables import NULL_V, BoundV, Const, DictV, ExitV, IterV, ListV, TensorV, TupleV, V, ViewV
 
 NULL = type("NULL", (), {"__repr__": lambda self: "NULL", "__slots__": ()})()
 UNBOUND = type("UNBOUND", (), {"__repr__": lambda self: "UNBOUND", "__slots__": ()})()
 
 _EQ_TYPES = (int, float, bool, str, bytes, complex, type(None), torch.dtype, torch.device,
              torch.memory_format, torch.layout, type(Ellipsis), torch.Size)
-_CONTENT_TYPES = (set, frozenset, type({}.keys()), type({}.values()), type({}.items()))
+_CONTENT_TYPES = (set, frozenset)
+_VIEW_KINDS = {type({}.keys()): "keys", type({}.values()): "values", type({}.items()): "items"}
 _ID_TYPES = (types.FunctionType, types.BuiltinFunctionType, types.ModuleType, type,
              types.MethodDescriptorType, types.WrapperDescriptorType, types.BuiltinMethodType,
              types.GetSetDescriptorType, types.MemberDescriptorType, staticmethod, classmethod,
@@ -142,6 +143,12 @@ class Session:
             g.type_is(source, value)
             g.add(source, f"{source.expr}.state == {g.ref(value.state)}", f"{g.readable(source)} restores {value.state}")
             return ExitV(value.kind, value.state, source)
+        if t in _VIEW_KINDS:
+            # A view of the dict itself, tracked like any dict argument: a mutation of the dict
+            # through another name is seen through the view.
+            g.type_is(source, value)
+            d = S.dict_of_view(value)
+            return ViewV(self.wrap(d, S.Source(f"_dict_of({source.expr})", source.name + "_dict")), _VIEW_KINDS[t])
         if t in _CONTENT_TYPES:
             return self._by_contents(value, source)
         if isinstance(value, types.MethodType):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..variables import BoundV, Const, DictV, FuncV, IterV, ListV, MethodV, ObjV, SetV, TensorV, TupleV, V
+from ..variables import BoundV, Const, DictV, FuncV, IterV, LazyV, ListV, MethodV, ObjV, SetV, TensorV, TupleV, V, ViewV
 from .session import Unsupported
 
 
@@ -13,8 +13,10 @@ def truth(f, v: V) -> bool:
         return bool(v.items)
     if isinstance(v, DictV):
         return bool(v.items)
-    if isinstance(v, (FuncV, BoundV, MethodV, IterV)):
+    if isinstance(v, (FuncV, BoundV, MethodV, IterV, LazyV)):
         return True
+    if isinstance(v, ViewV):
+        return bool(v.dict_v.items)
     if isinstance(v, ObjV):
         if any(hasattr(v.cls, n) for n in ("__bool__", "__len__")):
             raise Unsupported(f"truth of a {v.cls.__name__} object")
