@@ -1,6 +1,5 @@
 """Which fused SDPA op F.scaled_dot_product_attention dispatches, for real and fake CUDA
 tensors, as tc_autograd's tracer sees it (a TorchDispatchMode above FakeTensorMode). A diagnostic."""
-import itertools
 
 import torch
 import torch.nn.functional as F

@@ -47,6 +47,12 @@ class CompiledGraph:
     def __call__(self, *inputs: Any) -> Any:
         return self._fn(inputs)
 
+    def call_boxed(self, inputs: list) -> Any:
+        """Call with the inputs in a list that the wrapper empties: the caller hands its
+        references over, so each input is freed after its last use (a backward's saved
+        activations), not when the call returns."""
+        return self._fn(inputs)
+
     def __repr__(self) -> str:
         return f"<tc_inductor.CompiledGraph {self.stats}>"
 

@@ -28,7 +28,10 @@ EXTERN_PREFERRED = {
     aten.convolution.default, aten.convolution_backward.default, aten._convolution.default,
     aten.scaled_dot_product_attention.default, aten._scaled_dot_product_efficient_attention.default,
     aten._scaled_dot_product_flash_attention.default, aten._scaled_dot_product_flash_attention_for_cpu.default,
-    aten._scaled_dot_product_cudnn_attention.default, aten.mv.default, aten.dot.default, aten.matmul.default,
+    aten._scaled_dot_product_cudnn_attention.default, aten._scaled_dot_product_flash_attention_backward.default,
+    aten._scaled_dot_product_efficient_attention_backward.default,
+    aten._scaled_dot_product_cudnn_attention_backward.default,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward.default, aten.mv.default, aten.dot.default, aten.matmul.default,
     aten.cumsum.default, aten.cumprod.default, aten.sort.default, aten.topk.default, aten.nonzero.default,
     aten.addmv.default, aten.linear.default,
 }

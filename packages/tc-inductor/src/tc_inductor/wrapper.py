@@ -14,6 +14,7 @@ import torch
 
 import tc_ir
 
+from . import memory
 from .codegen.common import pointer_name
 from .graph_lowering import LoweredGraph, RuntimeValue
 from .ir import BufferValue, ComputedBuffer, ExternCall, is_dense
@@ -70,27 +71,20 @@ def generate(lowered: LoweredGraph, sched: Schedule, calls: dict, extern_names: 
              guarded: frozenset = frozenset()) -> str:
     """The wrapper source. ``calls`` maps each Group to its KernelCall; ``extern_names`` maps
     extern targets to the global names the wrapper calls them by; ``guarded`` holds the
-    positions of inputs whose layout the caller has checked already."""
+    positions of inputs whose layout the caller has checked already.
+
+    The body is a list of chunks, one per step; :func:`memory.free_dead` then deletes every
+    local after the last chunk that reads it, so nothing lives longer than its last use."""
     layouts = _layouts(lowered)
-    lines = ["def call(args):"]
-    body: list[str] = []
-    names = [i.name for i in lowered.inputs]
-    if names:
-        body.append(f"{', '.join(names)}{',' if len(names) == 1 else ''} = args")
-    for position, inp in enumerate(lowered.inputs):
-        if inp.name in layouts and position not in guarded:
-            shape, stride, _, _ = layouts[inp.name]
-            # the common case (the compiled layout) costs two tuple compares, no call
-            body.append(f"if {inp.name}.stride() != {_tup(stride)} or {inp.name}.shape != {_tup(shape)}:")
-            body.append(f"    {inp.name} = _layout({inp.name}, {_tup(shape)}, {_tup(stride)})")
-    body += _draw_seeds(lowered)
+    chunks = [_prologue(lowered, layouts, guarded)]
     pointers: set[str] = set()
     last_use = _last_uses(sched)
     keep = set(lowered.output_buffers) | _passed_to_externs(sched)
     allocated = (lowered.own & sched.stored) | {s.outputs.name for s in sched.steps
                                                 if isinstance(s, ExternCall) and s.out_variant is not None}
-    free: dict[tuple, list[str]] = {}
+    free = memory.FreePool()
     for position, step in enumerate(sched.steps):
+        body: list[str] = []
         if isinstance(step, Group):
             for m in step.members:
                 if m.name in sched.stored:
@@ -105,11 +99,31 @@ def generate(lowered: LoweredGraph, sched: Schedule, calls: dict, extern_names: 
         for name in sorted(n for n, p in last_use.items() if p == position):
             if name in keep or name not in layouts or name not in allocated:
                 continue
-            shape, stride, dtype, device = layouts[name]
-            free.setdefault((tuple(shape), tuple(stride), dtype, str(device)), []).append(name)
+            free.add(name, layouts[name])
+        free.next_step()  # a dead buffer is reused by the next step or never: held, it would raise the peak
+        chunks.append(body)
     outputs = tc_ir.map_structure(lowered.outputs, lambda v: v)
-    body.append(f"return {render_value(outputs, layouts)}")
-    return "\n".join(lines + ["    " + line for line in body]) + "\n"
+    chunks.append([f"return {render_value(outputs, layouts)}"])
+    body = memory.free_dead(chunks)
+    return "\n".join(["def call(args):"] + ["    " + line for line in body]) + "\n"
+
+
+def _prologue(lowered: LoweredGraph, layouts: dict, guarded: frozenset) -> list[str]:
+    """Unpack the inputs (and drop a boxed caller's list, so inputs can die early), lay them
+    out as compiled, draw the random ops' seeds."""
+    body: list[str] = []
+    names = [i.name for i in lowered.inputs]
+    if names:
+        body.append(f"{', '.join(names)}{',' if len(names) == 1 else ''} = args")
+        body.append("if args.__class__ is list:  # boxed call: the caller handed its references over")
+        body.append("    args.clear()")
+    for position, inp in enumerate(lowered.inputs):
+        if inp.name in layouts and position not in guarded:
+            shape, stride, _, _ = layouts[inp.name]
+            # the common case (the compiled layout) costs two tuple compares, no call
+            body.append(f"if {inp.name}.stride() != {_tup(stride)} or {inp.name}.shape != {_tup(shape)}:")
+            body.append(f"    {inp.name} = _layout({inp.name}, {_tup(shape)}, {_tup(stride)})")
+    return body + _draw_seeds(lowered)
 
 
 def _hoist_pointers(call: KernelCall, done: set) -> list[str]:
@@ -129,10 +143,10 @@ def _draw_seeds(lowered: LoweredGraph) -> list[str]:
             for name, (device, slots) in sorted(lowered.seeds.items())]
 
 
-def _allocate(buf: ComputedBuffer | BufferValue, free: dict) -> str:
-    key = (tuple(buf.shape), tuple(buf.stride), buf.dtype, str(buf.device))
-    if free.get(key):
-        return f"{buf.name} = {free[key].pop()}  # reuse"
+def _allocate(buf: ComputedBuffer | BufferValue, free: memory.FreePool) -> str:
+    reuse = free.take(buf.shape, buf.stride, buf.dtype, buf.device)
+    if reuse is not None:
+        return f"{buf.name} = {reuse}  # reuse"
     if torch.device(buf.device).type == "cpu" and not is_dense(buf.shape, buf.stride):
         # padded rows (padding.py): torch's CPU bf16 GEMM reads one element past an odd K (it
         # packs K in pairs), so the padding must hold zeros, not garbage that may be NaN

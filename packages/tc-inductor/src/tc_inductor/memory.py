@@ -1,0 +1,133 @@
+"""Memory planning for the generated wrapper: every buffer dies right after its last use.
+
+Peak memory is what is alive at once. The wrapper is straight-line Python, so a local that is
+never read again still holds its tensor until the call returns, unless it is deleted; eager
+frees each temporary as soon as its last consumer has run. Two steps bring the wrapper there:
+
+* :func:`free_dead` puts ``del`` after the last chunk (one chunk per scheduled step) that
+  mentions each local, so tensors die as soon as their last reader has been launched. On CUDA
+  the caching allocator hands the freed block to the next allocation on the stream, which
+  runs after the reader: stream order makes this safe, as it does in eager.
+* :class:`FreePool` reuses a dead buffer for a new output of the same dtype, device and size
+  (reshaped when only the layout differs), but only in the very next step: a dead buffer held
+  back for a later match would stay allocated in between and raise the peak, which is what
+  ``del`` and the allocator already avoid; the next step's reuse costs nothing and saves one
+  allocation.
+
+Inputs die early too when the caller hands its references over (a *boxed* call, a list the
+wrapper clears): the backward graph's saved activations are freed one by one as the backward
+goes, as eager's autograd frees them node by node.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import torch
+
+from .codegen.common import pointer_name
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ASSIGNED = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*(?:\s*,\s*[A-Za-z_][A-Za-z0-9_]*)*)\s*,?\s*=(?!=)")
+_POINTER_PREFIX = pointer_name("")
+
+
+def free_dead(chunks: list[list[str]]) -> list[str]:
+    """The wrapper body: ``chunks`` joined, with ``del`` of each local after the last chunk
+    reading it. Only names the wrapper assigns are deleted (never globals: kernels, extern
+    ops, held constants), and never one the last chunk (the ``return``) reads."""
+    # pointers are ints: deleting them frees nothing
+    assigned = {name for chunk in chunks for line in chunk for name in _assigned(line)
+                if not name.startswith(_POINTER_PREFIX)}
+    last: dict[str, int] = {}
+    for index, chunk in enumerate(chunks):
+        for name in _mentions(chunk):
+            if name in assigned:
+                last[name] = index
+    returned = _mentions(chunks[-1])
+    dying: dict[int, list[str]] = {}
+    for name, index in last.items():
+        if name not in returned and index < len(chunks) - 1:
+            dying.setdefault(index, []).append(name)
+    body: list[str] = []
+    for index, chunk in enumerate(chunks):
+        body += chunk
+        if index in dying:
+            body.append(f"del {', '.join(sorted(dying[index]))}")
+    return body
+
+
+def _assigned(line: str) -> list[str]:
+    match = _ASSIGNED.match(line)
+    return [n.strip() for n in match.group(1).split(",")] if match else []
+
+
+def _mentions(chunk: list[str]) -> set[str]:
+    """Names a chunk reads or writes; ``ptr_<name>`` (a buffer's pointer, read by later launches
+    without the tensor) counts as ``<name>``, since the tensor must outlive every launch using it."""
+    names: set[str] = set()
+    for line in chunk:
+        code = line.split("#", 1)[0]
+        for name in _IDENT.findall(code):
+            names.add(name)
+            if name.startswith(_POINTER_PREFIX):
+                names.add(name[len(_POINTER_PREFIX):])
+    return names
+
+
+class FreePool:
+    """Dead buffers a new output of the next step may take over (see the module docstring)."""
+
+    def __init__(self):
+        self._ready: list[tuple[str, tuple]] = []    # died in the step just generated
+        self._pending: list[tuple[str, tuple]] = []  # dying in the step being generated
+
+    def add(self, name: str, layout: tuple) -> None:
+        self._pending.append((name, layout))
+
+    def next_step(self) -> None:
+        self._ready, self._pending = self._pending, []
+
+    def take(self, shape: Any, stride: Any, dtype: torch.dtype, device: Any) -> str | None:
+        """A dead buffer's name (as an expression of the wanted layout) for an output, or None."""
+        want = (tuple(shape), tuple(stride), dtype, str(torch.device(device)))
+        for i, (name, layout) in enumerate(self._ready):
+            if _key(layout) == want:
+                del self._ready[i]
+                return name
+        size = _span(shape, stride)
+        for i, (name, layout) in enumerate(self._ready):
+            have_shape, have_stride, have_dtype, have_device = layout
+            have = _span(have_shape, have_stride)
+            if (have_dtype, str(torch.device(have_device))) == want[2:] and size is not None \
+                    and have is not None and have == size == _numel(have_shape):
+                del self._ready[i]
+                return f"{name}.as_strided({_tup(shape)}, {_tup(stride)})"
+        return None
+
+
+def _key(layout: tuple) -> tuple:
+    shape, stride, dtype, device = layout
+    return tuple(shape), tuple(stride), dtype, str(torch.device(device))
+
+
+def _span(shape: Any, stride: Any) -> int | None:
+    """Elements of storage a layout reaches (None for symbolic sizes)."""
+    if not all(isinstance(v, int) for v in (*shape, *stride)):
+        return None
+    if any(n == 0 for n in shape):
+        return 0
+    return 1 + sum((n - 1) * st for n, st in zip(shape, stride))
+
+
+def _numel(shape: Any) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
+
+
+def _tup(values: Any) -> str:
+    values = [int(v) for v in values]
+    return "(" + ", ".join(map(str, values)) + ("," if len(values) == 1 else "") + ")"

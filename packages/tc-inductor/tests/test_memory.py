@@ -1,0 +1,162 @@
+"""Memory planning in the generated wrapper: buffers die after their last use, dead buffers are
+reused by the next step, boxed calls let inputs die early; peak memory at or below eager's."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from inductor_helpers import assert_same, build
+
+import tc_inductor
+import tc_ir
+from tc_inductor import memory
+
+aten = torch.ops.aten
+
+
+def _chain(g, x, w):
+    # extern matmuls between kernels: each kernel's result dies after the next matmul reads it
+    h = x
+    for _ in range(4):
+        h = g.call(aten.mm.default, g.call(aten.relu.default, g.call(aten.mul.Tensor, h, 0.5)), w)
+    return g.call(aten.add.Tensor, h, 1.0)
+
+
+def _compile(fn, inputs, **options):
+    return tc_inductor.compile(build(fn, inputs), inputs, {"cache": False, **options})
+
+
+def _locals_after(source: str) -> tuple[list[str], dict[str, int], dict[str, int]]:
+    """The wrapper's lines, and per name the line of its ``del`` and of its last other mention."""
+    lines = source.splitlines()
+    deleted, last = {}, {}
+    for i, line in enumerate(lines):
+        code = line.split("#", 1)[0]
+        if code.strip().startswith("del "):
+            for name in code.strip()[4:].split(","):
+                deleted[name.strip()] = i
+            continue
+        for name in re.findall(r"[A-Za-z_]\w*", code):
+            last[name] = i
+            if name.startswith("ptr_"):
+                last[name[4:]] = i
+    return lines, deleted, last
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+def test_every_dead_local_is_deleted_after_its_last_use(backend):
+    inputs = [torch.randn(16, 16), torch.randn(16, 16)]
+    k = _compile(_chain, inputs, backend=backend)
+    lines, deleted, last = _locals_after(k.source)
+    assert deleted, k.source
+    for name, at in deleted.items():
+        assert last[name] < at, f"{name} read after its del:\n{k.source}"
+    returned = set(re.findall(r"\w+", lines[-1]))
+    assigned = {m for line in lines for m in memory._assigned(line)} - returned
+    tensors = {n for n in assigned if not n.startswith("ptr_")}
+    assert tensors <= set(deleted), (tensors - set(deleted), k.source)
+    for _ in range(2):
+        fresh = [torch.randn(16, 16), torch.randn(16, 16)]
+        assert_same(k(*fresh), tc_ir.interpret(build(_chain, inputs), fresh))
+
+
+def test_a_dead_buffer_is_reused_by_the_next_step_only():
+    inputs = [torch.randn(16, 16), torch.randn(16, 16)]
+    k = _compile(_chain, inputs, backend="cpp")
+    assert "# reuse" in k.source
+    lines = k.source.splitlines()
+    for i, line in enumerate(lines):
+        match = re.match(r"\s*(\w+) = (\w+)(?:\.as_strided\(.*\))?  # reuse", line)
+        if match:  # the reused buffer's last reader is the step just before
+            old = match.group(2)
+            readers = [j for j, other in enumerate(lines[:i]) if re.search(rf"\b{old}\b", other.split("#")[0])]
+            assert i - readers[-1] <= 6, k.source
+
+
+def test_size_class_reuse_reshapes_a_dead_buffer():
+    pool = memory.FreePool()
+    pool.add("buf1", ((4, 8), (8, 1), torch.float32, torch.device("cpu")))
+    pool.next_step()
+    assert pool.take((8, 4), (1, 8), torch.float32, "cpu") == "buf1.as_strided((8, 4), (1, 8))"
+    pool.add("buf2", ((4, 8), (8, 1), torch.float32, torch.device("cpu")))
+    pool.next_step()
+    assert pool.take((4, 8), (8, 1), torch.float16, "cpu") is None  # another dtype
+    assert pool.take((2, 8), (8, 1), torch.float32, "cpu") is None  # another size
+    pool.next_step()
+    assert pool.take((4, 8), (8, 1), torch.float32, "cpu") is None  # two steps later: deleted instead
+
+
+def test_globals_are_never_deleted():
+    chunks = [["a, b = args"], ["buf0 = k0(a, const0)"], ["c = ext(buf0, b)"], ["return c"]]
+    body = memory.free_dead(chunks)
+    assert body == ["a, b = args", "buf0 = k0(a, const0)", "del a", "c = ext(buf0, b)", "del b, buf0", "return c"]
+
+
+def test_pointer_reads_keep_the_tensor_alive():
+    chunks = [["x, = args"], ["ptr_x = x.data_ptr()", "k0(ptr_x)"], ["k1(ptr_x)"], ["return 1"]]
+    body = memory.free_dead(chunks)
+    assert body.index("del x") == body.index("k1(ptr_x)") + 1
+
+
+def test_boxed_call_empties_the_list_and_matches():
+    inputs = [torch.randn(16, 16), torch.randn(16, 16)]
+    k = _compile(_chain, inputs, backend="cpp")
+    fresh = [torch.randn(16, 16), torch.randn(16, 16).t()]  # one input in another layout
+    expected = tc_ir.interpret(build(_chain, inputs), fresh)
+    boxed = list(fresh)
+    assert_same(k.call_boxed(boxed), expected)
+    assert boxed == []
+
+
+def test_zero_size_and_noncontiguous_inputs():
+    def fn(g, x):
+        return g.call(aten.mul.Tensor, g.call(aten.sin.default, g.call(aten.cos.default, x)), 2.0)
+
+    for x in (torch.randn(0, 5), torch.randn(6, 5).t()):
+        k = _compile(fn, [x], backend="cpp")
+        assert_same(k(x), tc_ir.interpret(build(fn, [x]), [x]))
+
+
+# ---- CUDA: peak memory against eager -------------------------------------------------------------
+def _peak(step) -> int:
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    step()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - base
+
+
+@pytest.mark.cuda
+def test_cuda_training_peak_memory_at_most_eager():
+    tc_autograd = pytest.importorskip("tc_autograd")
+    n, width, layers = 4096, 1024, 6
+    g = tc_ir.Graph()
+    x = g.input("x", tc_ir.TensorSpec((n, width), torch.float32, torch.device("cuda")))
+    ws = [g.input(f"w{i}", tc_ir.TensorSpec((width, width), torch.float32, torch.device("cuda")))
+          for i in range(layers)]
+    h = x
+    for w in ws:  # matmul, gelu, a residual: activations the backward needs, temporaries it does not
+        h = g.call(torch.add, h, g.call(torch.nn.functional.gelu, g.call(torch.matmul, h, w)))
+    g.output(g.call(torch.sum, g.call(torch.mul, h, h)))
+
+    def inputs():
+        return [torch.randn(n, width, device="cuda")] + \
+            [(torch.randn(width, width, device="cuda") / width ** 0.5).requires_grad_() for _ in ws]
+
+    compiler = lambda graph, ex: tc_inductor.compile(graph, ex)  # noqa: E731
+    f = tc_autograd.aot(g, inputs(), fw_compiler=compiler, bw_compiler=compiler,
+                        decompositions=tc_inductor.decompositions())
+    args = inputs()
+    f(*args)[0].backward()  # warm: kernels loaded
+
+    def run(fn):
+        def step():
+            fn(*args)[0].backward()
+        return step
+
+    eager = _peak(run(lambda *a: (tc_ir.interpret(g, a)[0],)))
+    compiled = _peak(run(f))
+    assert compiled <= eager * 1.05, (compiled / 2**20, eager / 2**20)
