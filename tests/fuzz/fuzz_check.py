@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 import torch
-from fuzz_program import Program, example_inputs
+from fuzz_program import Program, carve_inputs, example_inputs
 
 import tc
 
@@ -65,7 +65,7 @@ def run_side(fn: Callable, program: Program, values: list[torch.Tensor], weights
     leaves = [v.clone().requires_grad_(grad and v.is_floating_point()) for v in values]
     # A non-leaf holder (a clone) lets the program write to inputs that require grad.
     holders = [leaf.clone() if leaf.requires_grad else leaf for leaf in leaves]
-    inputs = [spec.carve(h) for spec, h in zip(program.inputs, holders)]
+    inputs = carve_inputs(program.inputs, holders)
     with torch.set_grad_enabled(grad):
         outs = fn(*inputs)
     views = [_input_view(o, holders) for o in outs]

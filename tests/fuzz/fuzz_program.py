@@ -38,6 +38,7 @@ class InputSpec:
     shape: tuple
     dtype: torch.dtype
     layout: str
+    source: int | None = None  # carved out of this earlier input (so the two share memory)
 
     def base_shape(self) -> tuple:
         """The contiguous tensor the input is carved out of."""
@@ -62,10 +63,13 @@ class InputSpec:
             return base.narrow(0, 1, self.shape[0])
         if self.layout == "expanded":
             return base.expand(self.shape)
+        if self.layout == "row":
+            return base[0]
         return base
 
-    def source(self) -> str:
-        return f"{list(self.shape)} {str(self.dtype).removeprefix('torch.')} {self.layout}"
+    def text(self) -> str:
+        shared = "" if self.source is None else f" of x{self.source}"
+        return f"{list(self.shape)} {str(self.dtype).removeprefix('torch.')} {self.layout}{shared}"
 
 
 def _expanded_dim(shape: tuple) -> int:
@@ -95,7 +99,7 @@ class Program:
 
     def source(self) -> str:
         args = ", ".join(f"x{i}" for i in range(len(self.inputs)))
-        head = [f"# inputs: {'; '.join(s.source() for s in self.inputs)}; grad={self.grad}",
+        head = [f"# inputs: {'; '.join(s.text() for s in self.inputs)}; grad={self.grad}",
                 f"def program({args}):"]
         body = [f"    {line}" for line in self.lines] + [f"    return ({''.join(o + ', ' for o in self.outputs)})"]
         return "\n".join(head + body) + "\n"
@@ -175,20 +179,35 @@ class Builder:
         self.lines: list[str] = []
 
     def build(self, seed: int | None = None) -> Program:
-        inputs = [self.input_spec() for _ in range(self.choose(range(1, self.max_inputs + 1)))]
-        for i, spec in enumerate(inputs):
-            self.env[f"x{i}"] = spec.carve(_example(spec.base_shape(), spec.dtype).clone())
+        inputs: list[InputSpec] = []
+        for _ in range(self.choose(range(1, self.max_inputs + 1))):
+            inputs.append(self.input_spec(inputs))
+        bases = [_example(spec.base_shape(), spec.dtype) for spec in inputs]
+        for i, value in enumerate(carve_inputs(inputs, bases)):
+            self.env[f"x{i}"] = value
         for _ in range(self.choose(range(3, self.max_lines + 1))):
             self.statement()
         return Program(inputs, self.lines, self.pick_outputs(), self.grad, seed)
 
-    def input_spec(self) -> InputSpec:
+    def input_spec(self, specs: list[InputSpec]) -> InputSpec:
+        if specs and self.choose(range(6)) == 0:
+            return self.shared_spec(specs)
         rank = self.choose((0, 1, 2, 2, 3, 3))
         shape = tuple(self.choose(DIMS) for _ in range(rank))
         dtype = self.choose(FLOATS if self.grad and not self.env else DTYPES)
         spec = InputSpec(shape, dtype, self.choose(_layouts_for(shape)))
         self.env[f"x{len(self.env)}"] = torch.empty(0)  # reserve the name
         return spec
+
+    def shared_spec(self, specs: list[InputSpec]) -> InputSpec:
+        """An input that is a view of an earlier one: the same tensor, its transpose or its first row."""
+        j = self.choose(range(len(specs)))
+        shape = specs[j].shape
+        ways = ["contiguous"] + (["transposed"] if len(shape) >= 2 else []) + (["row"] if shape and shape[0] else [])
+        layout = self.choose(ways)
+        shape = {"contiguous": shape, "row": shape[1:]}.get(layout, shape[:-2] + shape[-2:][::-1])
+        self.env[f"x{len(self.env)}"] = torch.empty(0)
+        return InputSpec(tuple(shape), specs[j].dtype, layout, j)
 
     def operands(self, kinds: str) -> list[str] | None:
         names = list(self.env)
@@ -272,6 +291,14 @@ def _example(shape: tuple, dtype: torch.dtype, gen: torch.Generator | None = Non
     return torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype)
 
 
+def carve_inputs(specs: Sequence[InputSpec], bases: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """The program's inputs: each carved out of its base, or out of an earlier input it shares."""
+    inputs: list[torch.Tensor] = []
+    for spec, base in zip(specs, bases):
+        inputs.append(spec.carve(base if spec.source is None else inputs[spec.source]))
+    return inputs
+
+
 def random_program(seed: int, grad: bool | None = None) -> Program:
     """The program of ``seed`` (gradient mode for odd seeds unless ``grad`` says)."""
     rng = random.Random(seed)
@@ -283,4 +310,4 @@ def random_program(seed: int, grad: bool | None = None) -> Program:
 def example_inputs(program: Program, seed: int) -> list[torch.Tensor]:
     """Fresh contiguous bases for the program's inputs (carve them with ``InputSpec.carve``)."""
     gen = torch.Generator().manual_seed(seed)
-    return [_example(spec.base_shape(), spec.dtype, gen) for spec in program.inputs]
+    return [_example(spec.base_shape() if spec.source is None else (0,), spec.dtype, gen) for spec in program.inputs]
