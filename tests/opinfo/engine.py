@@ -6,7 +6,9 @@ paths run it:
 
 - ``inductor``: a hand-built torch-level ``tc_ir`` graph holding the one call, traced to ATen by
   ``tc_autograd.aot`` and compiled by ``tc_inductor.compile`` (forward, and backward where the
-  OpInfo supports autograd). No capture and no fallback: an exception is a crash.
+  OpInfo supports autograd). No capture and no fallback: a compile-time refusal (``declined``:
+  data-dependent output shapes, ``NotImplementedError``) counts as a fallback, any other
+  exception as a crash.
 - ``tc``: ``tc.compile(fn)``, the whole pipeline, whose fallbacks warn.
 
 Each path compiles on one draw of the samples and runs that draw and a second, fresh draw of
@@ -164,6 +166,20 @@ def tc_warnings(caught: list) -> list[str]:
     return [str(w.message) for w in caught if str(w.message).startswith("tc")]
 
 
+# What the packages raise to say "not this op" at compile time (data-dependent output shapes, ops
+# they do not model): a clean refusal, which the umbrella turns into an eager fallback with a warning.
+DECLINED = ("DynamicOutputShapeException", "DataDependentOutputException", "UnsupportedOperatorException")
+
+
+def declined(e: BaseException) -> bool:
+    """Whether a compile-time exception of the hand-built path is a clean refusal, not a bug."""
+    while e is not None:
+        if isinstance(e, NotImplementedError) or type(e).__name__ in DECLINED:
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
 def run_path(compiled: Callable, eager_fn: Callable, draws: list, phase: str, exact: bool) -> tuple[str, str]:
     """Run ``compiled`` on every draw (after compiling on the first); (outcome, detail)."""
     with warnings.catch_warnings(record=True) as caught:
@@ -235,7 +251,8 @@ def run_sample(op: Any, path: str, phase: str, draws: list, options: dict) -> tu
             warnings.simplefilter("always")
             compiled = PATHS[path](first, options)
     except Exception as e:
-        return "crash", f"compile: {type(e).__name__}: {' '.join(str(e).split())[:300]}"
+        text = f"compile: {type(e).__name__}: {' '.join(str(e).split())[:300]}"
+        return ("fallback" if declined(e) else "crash"), text
     outcome, detail = run_path(compiled, first.fn, draws, phase, op_key(op) in NONDETERMINISTIC)
     said = tc_warnings(caught)
     if outcome == "pass" and said:
@@ -269,7 +286,7 @@ def sweep_op(op: Any, *, paths=("inductor", "tc"), device="cpu", samples=4, opti
     if op.supports_autograd:
         plans.append((torch.float32, "bwd", paths, samples))
     other = second_dtype(op, device) if second else None
-    if other is not None:
+    if other is not None and "tc" in paths:
         plans.append((other, "fwd", ("tc",), min(samples, 2) if samples else 2))
     for dtype, phase, on, limit in plans:
         if dtype not in op.supported_dtypes(device):
