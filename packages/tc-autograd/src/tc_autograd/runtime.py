@@ -74,15 +74,20 @@ def make_rebuild(plan: Any) -> tuple[Callable[[Sequence[Any], Sequence[Any]], An
     names: dict[str, Any] = {"output_view": output_view, "keep_grad": keep_grad}
 
     def constant(value: Any) -> str:
-        names[f"c{len(names)}"] = value
-        return f"c{len(names) - 1}"
+        if isinstance(value, (int, bool)) or value is None:
+            return repr(value)
+        name = f"c{len(names)}"
+        names[name] = value
+        return name
 
     def replay(base: str, steps: tuple) -> str:
         # The trace's view ops, called on the real input: eager makes the view (layout, offset,
         # autograd history) exactly as the user's code would have.
         for op, args, kwargs, index in steps:
             items = [base, *map(constant, args), *(f"{k}={constant(x)}" for k, x in kwargs.items())]
-            base = f"{constant(op)}({', '.join(items)})" + ("" if index is None else f"[{index}]")
+            name = f"aten_{op.overloadpacket.__name__}_{op._overloadname}"  # readable source
+            names[name] = op
+            base = f"{name}({', '.join(items)})" + ("" if index is None else f"[{index}]")
         return base
 
     def expr(v: Any) -> str:
