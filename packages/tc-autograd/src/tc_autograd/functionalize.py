@@ -199,11 +199,17 @@ def scatter(emit: Emit, view: View, base: tc_ir.Node, src: tc_ir.Node) -> tc_ir.
 
 
 def storage_groups(inputs: Sequence[Any]) -> tuple:
-    """Positions of tensor inputs sharing a storage, grouped (``()`` when none share: one set)."""
+    """Positions of tensor inputs sharing a storage, grouped (``()`` when none share: one set).
+
+    Storages without memory (zero-size, meta: address 0) share nothing."""
+    ptrs = [t.untyped_storage().data_ptr() if isinstance(t, torch.Tensor) else 0 for t in inputs]
+    real = [p for p in ptrs if p]
+    if len(set(real)) == len(real):  # the common case, in one pass over the addresses
+        return ()
     seen: dict[int, list[int]] = {}
-    for i, t in enumerate(inputs):
-        if isinstance(t, torch.Tensor) and t.device.type != "meta":
-            seen.setdefault(t.untyped_storage().data_ptr(), []).append(i)
+    for i, p in enumerate(ptrs):
+        if p:
+            seen.setdefault(p, []).append(i)
     return tuple(tuple(g) for g in seen.values() if len(g) > 1)
 
 
