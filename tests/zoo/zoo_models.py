@@ -110,7 +110,7 @@ _DECODER = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_atten
 
 HF_CASES = [
     _hf("bert", "BertForMaskedLM", "BertConfig", True, fast=True, **_BERTISH),
-    _hf("distilbert", "DistilBertForMaskedLM", "DistilBertConfig", True, vocab_size=VOCAB, dim=32,
+    _hf("distilbert", "DistilBertForMaskedLM", "DistilBertConfig", True, fast=True, vocab_size=VOCAB, dim=32,
         n_layers=2, n_heads=4, hidden_dim=37, max_position_embeddings=64, dropout=0.0,
         attention_dropout=0.0),
     _hf("roberta", "RobertaForMaskedLM", "RobertaConfig", True, **_BERTISH),
@@ -119,7 +119,7 @@ HF_CASES = [
     _hf("gpt2", "GPT2LMHeadModel", "GPT2Config", False, fast=True, vocab_size=VOCAB, n_embd=32,
         n_layer=2, n_head=4, n_positions=64, bos_token_id=1, eos_token_id=2, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
     _hf("gpt_neox", "GPTNeoXForCausalLM", "GPTNeoXConfig", False, hidden_dropout=0.0, **_DECODER),
-    _hf("llama", "LlamaForCausalLM", "LlamaConfig", False, fast=True, num_key_value_heads=2, **_DECODER),
+    _hf("llama", "LlamaForCausalLM", "LlamaConfig", False, num_key_value_heads=2, **_DECODER),
     _hf("mistral", "MistralForCausalLM", "MistralConfig", False, num_key_value_heads=2, sliding_window=4,
         **_DECODER),
     _hf("qwen2", "Qwen2ForCausalLM", "Qwen2Config", False, num_key_value_heads=2, **_DECODER),
