@@ -267,3 +267,17 @@ def test_graph_text_is_not_formatted_without_a_log_or_dump(monkeypatch):
     fn = tc_capture.optimize(interpret_backend)(_model)
     x, w = _inputs()
     torch.testing.assert_close(fn(x, w), _model(x, w))
+
+
+def test_a_break_instruction_the_concrete_interpreter_lacks_runs_natively(monkeypatch):
+    """After a break, the breaking instruction runs in tc's concrete interpreter; one it has no
+    handler for runs as CPython bytecode from there (nothing of it ran yet), not an error."""
+    import tc_capture.concrete as concrete
+
+    monkeypatch.delitem(concrete.OPS, "CALL")
+    fn = tc_capture.optimize(interpret_backend)(_with_break)
+    for _ in range(2):
+        x = torch.randn(5)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            torch.testing.assert_close(fn(x), _with_break(x))

@@ -24,6 +24,7 @@ import weakref
 import tc_ir
 
 from .compile_region import CompileError, Entry, GraphBreakError, build_entry, capture_region, count_args, line_at
+from .concrete import OPS as CONCRETE_OPS
 from .concrete import CFrame
 from .native_resume import resume_natively
 
@@ -175,6 +176,8 @@ class FrameCache:
             locals_, stack, cells = out
             frame = CFrame(self.code, self.globals, locals_, stack, cells, entry.break_ip)
             frame.kw_names = entry.kw_names
+            if frame.insts[frame.ip].opname not in CONCRETE_OPS:  # nothing ran yet: CPython runs it
+                return self._give_up(frame, *frame.state())
             saved = list(frame.stack)
             try:
                 if frame.step():
