@@ -11,7 +11,12 @@ ROOT = Path(__file__).parent
 PINS = ["torch==2.13.0", "triton==3.6.0"]
 # numpy: the Triton interpreter (CPU tests of generated kernels) needs it; transformers: HF models in capture tests
 # expecttest: torch.testing._internal (the OpInfo database of tests/opinfo) imports it
-TEST_TOOLS = ["pytest>=8", "hypothesis>=6", "pytest-timeout", "numpy", "transformers==5.23.0", "expecttest"]
+# pytest-xdist: tests run in parallel (one worker per core); accelerate: the Hugging Face recipes of docs/
+TEST_TOOLS = ["pytest>=8", "hypothesis>=6", "pytest-timeout", "numpy", "transformers==5.23.0", "expecttest",
+              "pytest-xdist>=3", "accelerate"]
+TEST_DIRS = [f"packages/{p}/tests" for p in ["tc-ir", "tc-capture", "tc-autograd", "tc-inductor", "tc-runtime", "tc"]]
+TEST_DIRS += ["tests"]
+PARALLEL = ["-n", "auto"]  # pytest-xdist: one worker per CPU core
 # Folders under packages/; their distributions are named tcjit-ir, ..., tcjit (the umbrella)
 PACKAGES = ["tc-ir", "tc-capture", "tc-autograd", "tc-inductor", "tc-runtime", "tc"]
 
@@ -41,11 +46,18 @@ def _install(session: nox.Session, packages: list[str]) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Every test: the dependency check, each package's unit tests, and the integration tests in tests/."""
+    """Every test but those marked slow, in parallel: the dependency check, each package's unit
+    tests, and the integration tests in tests/ (``nox -s slow`` runs the slow ones)."""
     _install(session, PACKAGES)
     session.run("python", str(ROOT / ".ci" / "check_deps.py"))
-    dirs = [f"packages/{p}/tests" for p in PACKAGES] + ["tests"]
-    session.run("pytest", *dirs, *session.posargs)
+    session.run("pytest", *PARALLEL, "-m", "not slow", *TEST_DIRS, *session.posargs)
+
+
+@nox.session
+def slow(session: nox.Session) -> None:
+    """The tests marked slow (whole-model trainings, Hugging Face recipes, subprocess cache runs), in parallel."""
+    _install(session, PACKAGES)
+    session.run("pytest", *PARALLEL, "-m", "slow", *TEST_DIRS, *session.posargs)
 
 
 @nox.session
