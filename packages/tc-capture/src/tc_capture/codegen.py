@@ -10,7 +10,7 @@ import types
 from typing import Any
 
 from .interp.session import NULL, UNBOUND, ModeExit, ResumeIter, Unsupported
-from .sources import RUNTIME_NAMES
+from .sources import REAL_ITERATORS, RUNTIME_NAMES
 from .variables import (
     BoundV,
     CellV,
@@ -47,6 +47,17 @@ _RUNTIME = {"NULL": NULL, "UNBOUND": UNBOUND, "_ResumeIter": ResumeIter, "_ModeE
             "_new_obj": _new_obj, "_make_fn": _make_fn, "_cell": types.CellType,
             "_MethodType": types.MethodType, "_setattr": object.__setattr__,
             "_set_grad": __import__("torch")._C._set_grad_enabled, **RUNTIME_NAMES}
+
+
+def _rebuildable(v: IterV) -> bool:
+    """A range iterator is rebuilt from its items only when they are the ints of a range."""
+    if v.cls is not REAL_ITERATORS[2]:
+        return True
+    values = [x.value if isinstance(x, Const) else None for x in v.items]
+    if not all(type(x) is int for x in values):
+        return False
+    return len(values) < 2 or list(range(values[0], values[-1] + 1 if values[1] > values[0] else values[-1] - 1,
+                                         values[1] - values[0])) == values
 
 
 class Rebuild:
@@ -154,7 +165,10 @@ class Rebuild:
         if isinstance(v, MethodV):
             return f"{self.expr(v.self_v)}.{v.name}"
         if isinstance(v, IterV):
-            return self._bind(v, f"_ResumeIter([{', '.join(self.expr(x) for x in v.items)}], {v.index})")
+            items = ", ".join(self.expr(x) for x in v.items)
+            if v.cls in REAL_ITERATORS and _rebuildable(v):
+                return self._bind(v, f"_iter_at({self.refs(v.cls)}, [{items}], {v.index})")
+            return self._bind(v, f"_ResumeIter([{items}], {v.index})")
         if isinstance(v, ExitV) and v.kind == "grad":
             return f"_ModeExit('grad', {v.state})"
         if isinstance(v, ObjV):
@@ -166,32 +180,50 @@ class Rebuild:
 
     # ---- side effects ------------------------------------------------------------------------------
     def side_effects(self, session) -> None:
+        """Apply the region's effects in order. Every value they write is computed first: a value
+        read from the frame state (``d['a']``) must be read before an earlier effect (``d.pop('a')``
+        replayed) changes it. Targets are read when written (their identity does not change)."""
+        writes: list[str] = []
         for effect in session.side_effects:
             if effect[0] == "setattr":
                 _, obj, name, value = effect
-                self.lines.append(f"setattr({self.expr(obj)}, {name!r}, {self.expr(value)})")
+                writes.append(f"setattr({self.expr(obj)}, {name!r}, {self._now(value)})")
             elif effect[0] == "global":
                 _, gdict, name, value = effect
-                self.lines.append(f"{self.refs(gdict)}[{name!r}] = {self.expr(value)}")
+                writes.append(f"{self.refs(gdict)}[{name!r}] = {self._now(value)}")
             elif effect[0] == "setitem":
                 _, obj, key, value = effect
-                self.lines.append(f"{self.expr(obj)}[{self.expr(key)}] = {self.expr(value)}")
+                writes.append(f"{self.expr(obj)}[{self._now(key)}] = {self._now(value)}")
             elif effect[0] == "call":
                 _, fn, args, kwargs = effect
-                call = [self.expr(a) for a in args] + [f"{k}={self.expr(v)}" for k, v in kwargs.items()]
-                self.lines.append(f"{self.expr(fn)}({', '.join(call)})")
+                call = [self._now(a) for a in args] + [f"{k}={self._now(v)}" for k, v in kwargs.items()]
+                writes.append(f"{self.expr(fn)}({', '.join(call)})")
         for v in session.mutated.values():
-            self._replay(v)
+            writes += self._replay(v)
+        self.lines += writes
 
-    def _replay(self, v: V) -> None:
+    def _now(self, v: V) -> str:
+        """``v``'s expression, evaluated now into a temporary unless it is one already."""
+        text = self.expr(v)
+        if text.isidentifier() or text.startswith("O[") or text.startswith("_SK[") or text[:1].isdigit() \
+                or isinstance(v, Const) and v.source is None:
+            return text
+        name = self.tmp()
+        self.lines.append(f"{name} = {text}")
+        return name
+
+    def _replay(self, v: V) -> list[str]:
         target = v.source.expr
         if isinstance(v, ListV):
-            self.lines.append(f"{target}[:] = [{', '.join(self.expr(x) for x in v.items)}]")
-        elif isinstance(v, DictV):
-            body = ", ".join(f"{self._const(k)}: {self.expr(x)}" for k, x in v.items.items())
-            self.lines.append(f"_v = {{{body}}}; _d = {target}; _d.clear(); _d.update(_v)")
-        elif isinstance(v, CellV) and v.contents is not None:
-            self.lines.append(f"{target}.cell_contents = {self.expr(v.contents)}")
+            return [f"{target}[:] = [{', '.join(self._now(x) for x in v.items)}]"]
+        if isinstance(v, DictV):
+            body = ", ".join(f"{self._const(k)}: {self._now(x)}" for k, x in v.items.items())
+            name = self.tmp()
+            self.lines.append(f"{name} = {{{body}}}")
+            return [f"_d = {target}; _d.clear(); _d.update({name})"]
+        if isinstance(v, CellV) and v.contents is not None:
+            return [f"{target}.cell_contents = {self._now(v.contents)}"]
+        return []
 
 
 def generate_runner(name: str, call_args: list[str], has_params: bool, root_key: str | None, graph_fn,

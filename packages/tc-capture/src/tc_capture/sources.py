@@ -63,8 +63,31 @@ def dict_of_view(view) -> dict:
     return found
 
 
+REAL_ITERATORS = (type(iter([])), type(iter(())), type(iter(range(0))))
+
+
+def iter_state(it) -> tuple:
+    """``(sequence, position)`` of a list, tuple or range iterator (``((), 0)`` once exhausted)."""
+    state = it.__reduce__()
+    return (state[1][0], state[2]) if len(state) == 3 else ((), 0)
+
+
+def iter_at(kind: type, items: list, index: int):
+    """A real iterator of type ``kind`` over ``items`` at ``index``: what ``type()`` and the user's
+    code see for an iterator live at a graph break. A range iterator needs items in arithmetic
+    progression (they are: they came from a range)."""
+    if kind is REAL_ITERATORS[2]:
+        step = items[1] - items[0] if len(items) > 1 else 1
+        seq = range(items[0], items[0] + step * len(items), step) if items else range(0)
+    else:
+        seq = list(items) if kind is REAL_ITERATORS[0] else tuple(items)
+    it = iter(seq)
+    it.__setstate__(index)
+    return it
+
+
 # Names generated guards and runners may use beside F, C, G and the bound objects.
-RUNTIME_NAMES = {"_SK": KEY_TABLE, "_dict_of": dict_of_view}
+RUNTIME_NAMES = {"_SK": KEY_TABLE, "_dict_of": dict_of_view, "_iter_state": iter_state, "_iter_at": iter_at}
 
 
 def key_expr(key: object) -> str:

@@ -88,7 +88,26 @@ def _sequence_op(f, fn, a: V, b: V) -> V:
         return type(a)(list(a.items) * b.value)
     if fn in (operator.or_, operator.ior) and isinstance(a, DictV) and isinstance(b, DictV):
         return DictV({**a.items, **b.items})
+    if fn in _SET_OPS and (isinstance(a, SetV) or isinstance(b, SetV)):
+        return _set_op(f, fn, a, b)
     raise Unsupported(f"operator {getattr(fn, '__name__', fn)} on {type(a).__name__} and {type(b).__name__}")
+
+
+_SET_OPS = {operator.or_, operator.and_, operator.sub, operator.xor, operator.ior, operator.iand, operator.isub,
+            operator.ixor}
+
+
+def _set_op(f, fn, a: V, b: V) -> V:
+    """``|``, ``&``, ``-``, ``^`` with a set built while capturing: computed on the constants (the
+    result's type follows the left operand, as Python's); the in-place forms update the set."""
+    result = _INPLACE_TO_PLAIN.get(fn, fn)(realize_const(a), realize_const(b))
+    if isinstance(result, frozenset):
+        return Const(result)
+    items = [Const(x) for x in result]
+    if fn in _INPLACE_TO_PLAIN and isinstance(a, SetV):
+        a.items[:] = items
+        return a
+    return SetV(items)
 
 
 def compare(f, op: str, a: V, b: V) -> V:

@@ -139,6 +139,8 @@ class Session:
             g.add(source, f"{source.expr}.index == {value.index}", f"{g.readable(source)} at item {value.index}")
             seq = S.Source(source.expr + ".seq", source.name + "_seq")
             return IterV([self.wrap(v, seq.item(i, None)) for i, v in enumerate(value.seq)], value.index, source)
+        if t in S.REAL_ITERATORS:
+            return self._real_iterator(value, source)
         if isinstance(value, ModeExit):
             g.type_is(source, value)
             g.add(source, f"{source.expr}.state == {g.ref(value.state)}", f"{g.readable(source)} restores {value.state}")
@@ -161,6 +163,23 @@ class Session:
             return Const(value, source)
         g.type_is(source, value)  # modules and user objects: attributes are guarded as they are read
         return Const(value, source)
+
+    def _real_iterator(self, value, source: S.Source) -> IterV:
+        """A list/tuple/range iterator (an iterator live at a break is rebuilt as one): its
+        sequence and position are read through ``__reduce__`` and guarded like a sequence's."""
+        g = self.guards
+        seq, index = S.iter_state(value)
+        state = S.Source(f"_iter_state({source.expr})", source.name + "_state")
+        g.type_is(source, value)
+        g.add(source, f"{state.expr}[1] == {index}", f"{g.readable(source)} at item {index}")
+        seq_src = S.Source(f"{state.expr}[0]", source.name + "_seq")
+        if type(seq) is range:
+            g.add(source, f"{seq_src.expr} == {g.ref(seq)}", f"{g.readable(source)} over {seq!r}")
+            items = [Const(i) for i in seq]
+        else:
+            g.add(source, f"len({seq_src.expr}) == {len(seq)}", f"{g.readable(source)} over {len(seq)} items")
+            items = [self.wrap(v, seq_src.item(i, None)) for i, v in enumerate(seq)]
+        return IterV(items, index, source, type(value))
 
     def _by_contents(self, value, source: S.Source) -> V:
         """A set, frozenset or dict view argument is folded at capture time (its operations run on
