@@ -133,7 +133,6 @@ def test_fuzz_in_place_writes_to_a_strided_input_that_requires_grad():
     assert outcome.kind == "pass" and not outcome.fallbacks, (outcome, program.source())
 
 
-@pytest.mark.xfail(strict=True, reason="findings/inductor.md: 'ExternCall' object has no attribute 'barrier_after'")
 def test_write_through_diagonal_compiles():
     program = _program([((4, 2), torch.float32, "contiguous")],
                        ["v0 = x0.narrow(-2, -1, 1)", "v1 = v0.diagonal()", "v2 = v1.fill_(3)"], ["v2"], False)
@@ -179,3 +178,11 @@ def test_inputs_sharing_memory_with_a_written_input(second):
             got = compiled(*args(y))
         torch.testing.assert_close(got, write_first_read_second(*args(x)))
         torch.testing.assert_close(y, x)
+
+
+def test_fuzz_foreach_with_one_tensor_twice_in_its_list():
+    # seed 5153 (shrunk): eager scales x0 twice (0.25); one functional _foreach_mul wrote 0.5 twice.
+    program = _program([((1, 3, 2), torch.float32, "contiguous")],
+                       ["torch._foreach_mul_([x0, x0], 0.5)", "v1 = x0.unsqueeze(-3)"], ["v1"], True)
+    outcome = check(program, seed=5)
+    assert outcome.kind == "pass" and not outcome.fallbacks, (outcome, program.source())

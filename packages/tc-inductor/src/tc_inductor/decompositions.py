@@ -146,6 +146,10 @@ class _Recorder(TorchDispatchMode):
         kwargs = kwargs or {}
         if func is torch.ops.aten._local_scalar_dense.default:
             raise _Untraceable("data-dependent value")
+        if func._schema.is_mutable:
+            # an in-place write (diagonal_scatter's ``out.diagonal().copy_(src)``) through a view of
+            # an intermediate: the recorded graph would write a copy and lose it; extern instead
+            raise _Untraceable(f"the decomposition writes in place ({func})")
         out = func(*args, **kwargs)
         node_args, node_kwargs = tree_map(self._node_of, (args, kwargs))
         node = self.graph.call(func, *node_args, kwargs=node_kwargs, spec=self._spec(out))

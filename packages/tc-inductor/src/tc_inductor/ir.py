@@ -125,6 +125,8 @@ class ExternCall:
     outputs: Any  # BufferValue, a tuple of them (None where not a tensor), or None
     mutates: bool = False
     reason: str = ""
+    # set by the scheduler on a mutating call: later steps are ordered after it (no fusion across)
+    barrier_after: bool = False
     # the ``out=`` overload the wrapper calls instead, into an ``outputs`` buffer it allocates
     # (a matmul result with padded rows, see padding.py); ``target`` stays the functional op
     out_variant: Any = None
