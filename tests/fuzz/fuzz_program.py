@@ -155,6 +155,9 @@ INPLACE = [
     ("relu_", "f", "{a}.relu_()"), ("sin_", "f", "{a}.sin_()"), ("copy_", "tt", "{a}.copy_({b})"),
     ("setitem", "nn", "{a}[0] = {b}"), ("masked_fill_", "nb", "{a}.masked_fill_({b}, {s})"),
     ("lerp_", "ff", "{a}.lerp_({b}, 0.25)"), ("addcmul_", "fff", "{a}.addcmul_({b}, {c}, value=0.5)"),
+    ("foreach_mul_", "ff", "torch._foreach_mul_([{a}, {b}], {s})"),
+    ("foreach_add_", "fff", "torch._foreach_add_([{a}, {b}], [{c}, {c}], alpha=0.5)"),
+    ("foreach_lerp_", "fff", "torch._foreach_lerp_([{a}], [{b}], 0.5)"),
 ]
 GROUPS = [UNARY, UNARY, BINARY, BINARY, TERNARY, REDUCE, VIEW, VIEW, CAST, INPLACE, INPLACE]
 
@@ -233,7 +236,8 @@ class Builder:
         fields = dict(zip("abc", ops), s=self.choose(SCALARS), k=self.choose((False, True)), **self.dims(a))
         expr = template.format(**fields)
         target = f"v{len(self.lines)}"
-        line = expr if expr.startswith(tuple(ops)) and "] =" in expr else f"{target} = {expr}"
+        statement_only = (expr.startswith(tuple(ops)) and "] =" in expr) or expr.startswith("torch._foreach")
+        line = expr if statement_only else f"{target} = {expr}"
         self.try_line(line, target)
 
     def dims(self, a: torch.Tensor) -> dict:

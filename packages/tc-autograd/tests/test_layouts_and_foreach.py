@@ -144,3 +144,19 @@ def test_sharing_memory_on_a_later_call_needs_a_variant_that_refuses():
         compiled(x, x.t())
     assert info.value.tc_while_compiling  # nothing ran: the caller may run the graph eagerly
     torch.testing.assert_close(compiled(a.clone(), b), write_first_read_second(a.clone(), b))
+
+
+@pytest.mark.parametrize("case", ["same_twice", "self_as_other", "rows_of_one"])
+def test_foreach_on_lists_whose_tensors_share_memory_applies_element_by_element(case):
+    def fn(x, y):
+        lists = {"same_twice": ([x, x], [y, y]), "self_as_other": ([x, y], [y, x]),
+                 "rows_of_one": ([x[0], x[1]], [x[1], x[0]])}[case]
+        torch._foreach_mul_(lists[0], 0.5)
+        torch._foreach_add_(lists[0], lists[1], alpha=2.0)
+        return x + y
+
+    compiled = compile_fn(fn, torch.randn(2, 3), torch.randn(2, 3))
+    x, y = torch.randn(2, 3), torch.randn(2, 3)
+    mine = [x.clone(), y.clone()]
+    torch.testing.assert_close(compiled(*mine), fn(x, y))
+    torch.testing.assert_close(mine, [x, y])

@@ -170,16 +170,29 @@ def _record_inplace(rec: Recorder, func: Any, args: tuple, kwargs: dict, out: An
     functional = functional_variant(func)
     target = args[0]
     args, kwargs = _defaults_it_lacks(func, functional, args, kwargs)
-    node = rec.record(functional, args, kwargs, target)
     if isinstance(target, (list, tuple)):
-        _write_each(rec, node, target)
+        for args_k in _one_at_a_time(rec, args):
+            _write_each(rec, rec.record(functional, args_k, kwargs, args_k[0]), args_k[0])
         return
+    node = rec.record(functional, args, kwargs, target)
     node.spec = tc_ir.infer_spec(functional, node.args, node.kwargs) or node.spec
     if node.spec.dtype != target.dtype:  # in-place ops keep self's dtype; out-of-place ones promote
         node = rec.emit(aten._to_copy.default, node, dtype=target.dtype, spec=clean_spec(target))
     rec.table.write(target, node)
     if out is not target and isinstance(out, torch.Tensor) and out not in rec.table:
         rec.table.fresh(out, node)
+
+
+def _one_at_a_time(rec: Recorder, args: tuple) -> list[tuple]:
+    """A ``_foreach_*_`` call as one call, or as one call per list element when its tensors share
+    memory (``[x, x]``, or an element that is another's argument): eager applies the op element
+    by element, each reading what the earlier ones wrote, which one functional call cannot."""
+    n = len(args[0])
+    tensors = [t for t in tc_ir.leaves(args) if isinstance(t, torch.Tensor)]
+    storages = [id(rec.table.alias(t).storage) if t in rec.table else id(t) for t in tensors]
+    if len(set(storages)) == len(storages) or n < 2:
+        return [args]
+    return [tuple([a[k]] if isinstance(a, (list, tuple)) and len(a) == n else a for a in args) for k in range(n)]
 
 
 def _write_each(rec: Recorder, node: tc_ir.Node, targets: Sequence[torch.Tensor]) -> None:
