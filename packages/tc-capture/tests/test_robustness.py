@@ -287,3 +287,17 @@ def _item_break(x):
     y = x.sin()
     s = y.sum().item()  # a graph break at a CALL without keywords
     return y.cos() * s
+
+
+class _BuiltinForward(torch.nn.Module):
+    forward = staticmethod(torch.sin)  # not a Python function: nothing to capture
+
+
+def test_a_module_whose_forward_is_not_python_runs_eagerly_with_one_warning():
+    m = _BuiltinForward()
+    compiled = tc_capture.optimize(interpret_backend)(m)
+    calls = [(torch.randn(3),), (torch.randn(3),)]
+    outs, caught = _calls_with_warnings(compiled, calls)
+    for out, (x,) in zip(outs, calls):
+        torch.testing.assert_close(out, m(x))
+    assert len(caught) == 1 and caught[0].filename == __file__, [str(w.message) for w in caught]

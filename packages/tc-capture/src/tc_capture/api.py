@@ -170,7 +170,8 @@ class _EagerForward:
     def call(self, F, args, kwargs):
         if not self.warned:
             self.warned = True
-            warn_fallback(*_where(type(self.mod)), f"{type(self.mod).__name__}.forward is not a Python function; running it eagerly")
+            name = type(self.mod).__name__
+            warn_fallback(*_where(type(self.mod)), f"{name}.forward is not a Python function; running it eagerly")
         return self.mod.forward(*(args[1:] if self.bound_self else args), **kwargs)
 
 

@@ -10,9 +10,9 @@ and the module-owned tensors they check are handed to the runner, which does not
 
 from __future__ import annotations
 
-import torch
-
 import threading
+
+import torch
 
 from .sources import RUNTIME_NAMES, Source
 
