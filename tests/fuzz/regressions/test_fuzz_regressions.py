@@ -186,3 +186,13 @@ def test_fuzz_foreach_with_one_tensor_twice_in_its_list():
                        ["torch._foreach_mul_([x0, x0], 0.5)", "v1 = x0.unsqueeze(-3)"], ["v1"], True)
     outcome = check(program, seed=5)
     assert outcome.kind == "pass" and not outcome.fallbacks, (outcome, program.source())
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["forward", "gradient"])
+def test_fuzz_write_through_t_of_a_vector(grad):
+    # seed 1340 (first generator): a write through ``t()`` of a 1-d view scattered back as
+    # transpose(0, 1): IndexError from tc where eager works (t of a vector is the vector).
+    program = _program([((3, 4, 2), torch.float64, "offset")],
+                       ["v0 = x0.select(0, -1)", "v1 = v0.view(-1)", "v2 = v1.t()", "v3 = v2.mul_(v2)"], ["v3"], grad)
+    outcome = check(program, seed=1)
+    assert outcome.kind == "pass" and not outcome.fallbacks, (outcome, program.source())

@@ -136,6 +136,13 @@ def _transpose(emit: Emit, view: View, base: tc_ir.Node, src: tc_ir.Node) -> tc_
     return emit(aten.transpose.int, src, *view.args[1:3])
 
 
+def _t(emit: Emit, view: View, base: tc_ir.Node, src: tc_ir.Node) -> tc_ir.Node:
+    """``t`` of a 0-d or 1-d tensor is the tensor itself; of a matrix, ``transpose(0, 1)``."""
+    if len(src.spec.shape) < 2:
+        return src
+    return emit(aten.transpose.int, src, 0, 1)
+
+
 def _permute(emit: Emit, view: View, base: tc_ir.Node, src: tc_ir.Node) -> tc_ir.Node:
     dims = [d % len(view.args[1]) for d in view.args[1]]
     return emit(aten.permute.default, src, sorted(range(len(dims)), key=dims.__getitem__))
@@ -180,14 +187,10 @@ SCATTER_RULES: dict[Any, Callable] = {
     aten.slice: _slice, aten.select: _select, aten.diagonal: _diagonal, aten.as_strided: _as_strided,
     aten.view: _reshape, aten._reshape_alias: _reshape, aten.unsqueeze: _reshape, aten.squeeze: _reshape,
     aten.flatten: _reshape, aten.unflatten: _reshape,
-    aten.transpose: _transpose, aten.t: _transpose, aten.permute: _permute,
+    aten.transpose: _transpose, aten.t: _t, aten.permute: _permute,
     aten.alias: _same, aten.detach: _same, aten.expand: _expand, aten.unbind: _unbind, aten.split: _split,
     aten.split_with_sizes: _split_with_sizes,
 }
-
-
-def _t_args(view: View) -> View:
-    return attrs.evolve(view, args=(view.args[0], 0, 1)) if view.op.overloadpacket is aten.t else view
 
 
 def scatter(emit: Emit, view: View, base: tc_ir.Node, src: tc_ir.Node) -> tc_ir.Node:
@@ -195,7 +198,7 @@ def scatter(emit: Emit, view: View, base: tc_ir.Node, src: tc_ir.Node) -> tc_ir.
     rule = SCATTER_RULES.get(view.op.overloadpacket)
     if rule is None:
         raise NotImplementedError(f"tc_autograd: cannot functionalize a write through view op {view.op}")
-    return rule(emit, _t_args(view), base, src)
+    return rule(emit, view, base, src)
 
 
 def storage_groups(inputs: Sequence[Any]) -> tuple:
