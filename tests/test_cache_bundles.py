@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 SCRIPT = textwrap.dedent("""
     import sys, torch, tc
     from tc_models import MLP
@@ -33,6 +35,7 @@ def run(mode: str, bundle: Path, cache: Path) -> str:
     return proc.stdout + proc.stderr
 
 
+@pytest.mark.slow  # cold and warm compiles in fresh processes
 def test_bundle_warms_an_empty_cache_in_another_process(tmp_path):
     bundle = tmp_path / "warm.bundle"
     cold = run("save", bundle, tmp_path / "first")

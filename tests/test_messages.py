@@ -46,6 +46,7 @@ def test_log_areas_of_every_package_are_known():
         tc_ir.logs.get_logger("grpah")
 
 
+@pytest.mark.slow  # cold and warm compiles in fresh processes
 def test_output_code_and_debug_dir_show_kernels_on_a_warm_cache_too(tmp_path):
     for run_name in ("cold", "warm"):
         dump = tmp_path / run_name

@@ -11,6 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 SCRIPT = textwrap.dedent("""
     import copy, hashlib, json, sys, torch, tc
     import tc.backends
@@ -63,6 +65,7 @@ def run(cache: Path, act: str = "relu") -> dict:  # the model with this activati
 # A changed model missing is tested without processes in tc-autograd's test_trace_cache.py.
 
 
+@pytest.mark.slow  # cold and warm compiles in fresh processes
 def test_fresh_process_reads_traced_graphs_back_and_matches_eager(tmp_path):
     cold = run(tmp_path)
     assert cold["kinds"]["aot_trace"] == 2  # one inference and one training variant
