@@ -257,7 +257,23 @@ def run_sample(op: Any, path: str, phase: str, draws: list, options: dict) -> tu
     said = tc_warnings(caught)
     if outcome == "pass" and said:
         return "fallback", said[0][:300]
+    if outcome == "pass" and path == "tc":
+        broke = graph_break(first)
+        if broke:
+            return "fallback", broke
     return outcome, detail
+
+
+def graph_break(call: Call) -> str:
+    """Why ``tc.compile`` ran the op eagerly (a graph break, so no warning), or ''."""
+    import tc
+
+    report = tc.explain(call.fn, *[t.detach() for t in call.tensors])
+    if report.graph_break_count:
+        return "graph break: " + "; ".join(str(b.reason) for b in report.break_reasons)[:300]
+    if not any(report.ops_per_graph):
+        return "no graph: the op ran eagerly"
+    return ""
 
 
 def draws_of(op: Any, device: str, dtype: torch.dtype, grad: bool, limit: int) -> list[list[Call]]:
