@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from harness import ZooResult
 
 _HEADER = ("model", "task", "match?", "max abs err", "graphs", "breaks", "fallback warnings", "compile s", "status")
@@ -17,7 +19,8 @@ def status(r: ZooResult) -> str:
         text = f"eager fallback: {r.fallback_messages[0]}"
     else:
         text = "ok"
-    return f"{text} (xfail: {r.known})" if r.known and not r.ok else text
+    text = re.sub(r"\S*/site-packages/", "", text)  # transformers/..., not the venv's path
+    return f"xfail ({r.known.split(':')[0]}) {text}" if r.known and not r.ok else text
 
 
 def row(r: ZooResult) -> tuple[str, ...]:
