@@ -4,13 +4,18 @@ Cells: ResNet-50 and ViT-B/16 (torchvision), BERT-base, GPT-2 and a LLaMA-style 
 (8 layers, hidden 2048) from transformers with random weights, each in inference (no_grad,
 bf16 autocast) and training (forward, backward, AdamW step, bf16 autocast).
 
-Per cell and variant: median step time from CUDA events after warm-up, speedup over eager,
-first-call time (cold caches; and for tc with a warm artifact cache after ``tc.reset()``),
-peak memory, and a check of the outputs against eager. The table is printed last, with a JSON
-file and a PNG bar chart of speedups beside it.
+Honest by construction: every (model, task, variant) cell runs in a process of its own, so
+``tc`` is never imported where torch.compile or eager is measured (and no compiler's caches,
+patches or allocator state leak into another's cell). Per cell: median step time from CUDA
+events after warm-up, speedup over eager, first-call time (cold caches; and for tc with a warm
+artifact cache after ``tc.reset()``), peak memory (``torch.cuda.max_memory_allocated``) of the
+steady-state steps and of the first call, and a check against eager of the outputs and, when
+training, of the first step's gradients. The table is printed last, with a JSON file and a PNG
+bar chart of speedups beside it.
 
     python benchmarks/models.py                      # every cell (CPU: small sizes)
     python benchmarks/models.py --models gpt2 --tasks infer --variants eager,tc
+    python benchmarks/models.py --models bert --shapes bert=32x512   # batch x sequence
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,29 +42,29 @@ for var in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TC_CACHE_DIR"):
 
 import torch  # noqa: E402
 
-import tc  # noqa: E402
-
 VARIANTS = ("eager", "torch.compile", "tc")
 # Also measurable: "tc-ro" (tc with mode="reduce-overhead") and "torch.compile-ro".
 TASKS = ("infer", "train")
 
 
 # ---- models -------------------------------------------------------------------------------------
-def _resnet50(small: bool) -> tuple[torch.nn.Module, Callable]:
+def _resnet50(small: bool, shape: tuple | None = None) -> tuple[torch.nn.Module, Callable]:
     import torchvision
 
     model = torchvision.models.resnet18(num_classes=10) if small else torchvision.models.resnet50()
     batch, size = (2, 32) if small else (32, 224)
+    batch = shape[0] if shape else batch
     return model, lambda dev: (torch.randn(batch, 3, size, size, device=dev),)
 
 
-def _vit(small: bool) -> tuple[torch.nn.Module, Callable]:
+def _vit(small: bool, shape: tuple | None = None) -> tuple[torch.nn.Module, Callable]:
     import torchvision
 
     if small:
         model = torchvision.models.VisionTransformer(32, 8, 2, 2, 64, 128, num_classes=10)
         return model, lambda dev: (torch.randn(2, 3, 32, 32, device=dev),)
-    return torchvision.models.vit_b_16(), lambda dev: (torch.randn(32, 3, 224, 224, device=dev),)
+    batch = shape[0] if shape else 32
+    return torchvision.models.vit_b_16(), lambda dev: (torch.randn(batch, 3, 224, 224, device=dev),)
 
 
 def _hf(config_cls: str, model_cls: str, config: dict, batch: int, seq: int, vocab: int):
@@ -82,21 +88,25 @@ class HFWrapper(torch.nn.Module):
         return out.logits if hasattr(out, "logits") else out.last_hidden_state
 
 
-def _bert(small: bool):
+def _batch_seq(small: bool, shape: tuple | None, default: tuple) -> tuple[int, int]:
+    return (2, 32) if small else (shape or default)
+
+
+def _bert(small: bool, shape: tuple | None = None):
     size = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128) if small else {}
-    return _hf("BertConfig", "BertModel", size, 2 if small else 16, 32 if small else 128, 30522)
+    return _hf("BertConfig", "BertModel", size, *_batch_seq(small, shape, (16, 128)), 30522)
 
 
-def _gpt2(small: bool):
+def _gpt2(small: bool, shape: tuple | None = None):
     size = dict(n_embd=64, n_layer=2, n_head=2) if small else {}
-    return _hf("GPT2Config", "GPT2LMHeadModel", size, 2 if small else 8, 32 if small else 512, 50257)
+    return _hf("GPT2Config", "GPT2LMHeadModel", size, *_batch_seq(small, shape, (8, 512)), 50257)
 
 
-def _llama(small: bool):
+def _llama(small: bool, shape: tuple | None = None):
     size = (dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, vocab_size=1000)
             if small else dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=8,
                                num_attention_heads=16, num_key_value_heads=16, vocab_size=32000))
-    return _hf("LlamaConfig", "LlamaForCausalLM", size, 2 if small else 4, 32 if small else 512, size["vocab_size"])
+    return _hf("LlamaConfig", "LlamaForCausalLM", size, *_batch_seq(small, shape, (4, 512)), size["vocab_size"])
 
 
 MODELS = {"resnet50": _resnet50, "vit_b_16": _vit, "bert": _bert, "gpt2": _gpt2, "llama": _llama}
@@ -136,6 +146,8 @@ def _wrap(variant: str, model: torch.nn.Module) -> Callable:
         torch._dynamo.reset()
         return torch.compile(model, mode=mode)
     if variant.startswith("tc"):
+        import tc  # only in the processes that measure tc
+
         return tc.compile(model, mode=mode)
     return model
 
@@ -161,7 +173,8 @@ def _step_fn(task: str, fn: Callable, model: torch.nn.Module, inputs: tuple, dev
 
 
 def run_cell(name: str, task: str, variant: str, base: torch.nn.Module, make_inputs: Callable,
-             device: str, steps: int, reference: Any) -> dict:
+             device: str, steps: int) -> dict:
+    """One cell, in this process: the row, plus ``check`` data (outputs, gradients) for the parent."""
     model = copy.deepcopy(base).to(device)
     model.train(task == "train")
     if task == "infer":
@@ -172,26 +185,73 @@ def run_cell(name: str, task: str, variant: str, base: torch.nn.Module, make_inp
     timer = Timer(device)
     fn = _wrap(variant, model)
     step, _ = _step_fn(task, fn, model, inputs, device)
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
+    _reset_peak(device)
     timer.sync()
     t0 = time.perf_counter()
     first = step()
     timer.sync()
     first_call = time.perf_counter() - t0
+    peak_first = _peak(device)
     for _ in range(3):
         step()
+    _reset_peak(device)
     median = statistics.median(timer.time_steps(step, steps))
     row = {"model": name, "task": task, "variant": variant, "median_s": median, "first_call_s": first_call,
-           "peak_mem_gb": torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None}
+           "peak_mem_gb": _peak(device), "peak_mem_first_gb": peak_first}
     if variant.startswith("tc"):
         row["warm_first_call_s"] = _warm_first_call(model, inputs, task, device, timer)
-    row["output"] = first.detach().float().cpu()
-    row["check"] = _check(row["output"], reference)
-    return row
+    if task == "infer":
+        return {"row": row, "output": first.detach().float().cpu(), "grads": None}
+    del step, model, fn
+    output, grads = _training_check(variant, base, inputs, device)
+    return {"row": row, "output": output, "grads": grads}
+
+
+def _training_check(variant: str, base: torch.nn.Module, inputs: tuple, device: str) -> tuple:
+    """A forward and backward of a fresh copy of the model (after the timing, so it warms no
+    cache the first call is timed with), dropout off so that the variants agree, batch norm in
+    training mode: the output and a sample of the gradients, to compare with eager's."""
+    model = copy.deepcopy(base).to(device)
+    model.train()
+    for m in model.modules():
+        if not isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+            m.training = False  # dropout (nn.Dropout and transformers' attention dropout) off
+    fn = _wrap(variant, model)
+    with torch.autocast(device, dtype=torch.bfloat16):
+        out = fn(*inputs)
+    # a fixed random projection: mean(out ** 2) of a layer-normed output is ~1 whatever the
+    # weights, so its gradients are rounding noise that no two implementations share
+    weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(0)).to(device)
+    (out.float() * weights).sum().backward()
+    return out.detach().float().cpu(), _grad_sample(model)
+
+
+def _grad_sample(model: torch.nn.Module, count: int = 8, max_numel: int = 4_000_000) -> dict:
+    """Gradients of up to ``count`` parameters spread over the model (small enough to ship
+    between processes), plus the norm of every parameter's gradient."""
+    named = [(n, p) for n, p in model.named_parameters() if p.grad is not None]
+    small = [(n, p) for n, p in named if p.numel() <= max_numel]
+    picked = small[:: max(1, len(small) // count)][:count]
+    return {"sample": {n: p.grad.detach().float().cpu() for n, p in picked},
+            "norms": {n: p.grad.detach().float().norm().item() for n, p in named}}
+
+
+def _reset_peak(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def _peak(device: str) -> float | None:
+    if device != "cuda":
+        return None
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() / 2**30
 
 
 def _warm_first_call(model: torch.nn.Module, inputs: tuple, task: str, device: str, timer: Timer) -> float:
+    import tc
+
     tc.reset()
     fresh = copy.deepcopy(model)
     step, _ = _step_fn(task, tc.compile(fresh), fresh, inputs, device)
@@ -202,49 +262,92 @@ def _warm_first_call(model: torch.nn.Module, inputs: tuple, task: str, device: s
     return time.perf_counter() - t0
 
 
-def _check(out: torch.Tensor, reference: torch.Tensor | None) -> str:
+def _rel(out: torch.Tensor, reference: torch.Tensor) -> float:
+    return ((out - reference).norm() / reference.norm().clamp_min(1e-12)).item()
+
+
+def check(cell: dict, reference: dict | None) -> str:
+    """Outputs (and gradients when training) against eager's cell, as relative errors."""
     if reference is None:
         return "ref"
-    err = ((out - reference).norm() / reference.norm().clamp_min(1e-12)).item()
-    return f"ok ({err:.1e})" if err < 3e-2 else f"MISMATCH ({err:.1e})"
+    errs = [_rel(cell["output"], reference["output"])]
+    grads, ref_grads = cell.get("grads"), reference.get("grads")
+    if grads and ref_grads:
+        # relative to the parameter's gradient, or to a thousandth of the whole gradient where the
+        # parameter's is ~0 in exact arithmetic (attention key biases) and only rounding is left
+        floor = 1e-3 * math.sqrt(sum(v * v for v in ref_grads["norms"].values()))
+        errs += [(g - ref_grads["sample"][n]).norm().item() / max(ref_grads["sample"][n].norm().item(), floor)
+                 for n, g in grads["sample"].items() if n in ref_grads["sample"]]
+        errs += [abs(v - ref_grads["norms"][n]) / max(ref_grads["norms"][n], floor)
+                 for n, v in grads["norms"].items() if n in ref_grads["norms"]]
+        if set(grads["norms"]) != set(ref_grads["norms"]):
+            return "MISMATCH (parameters with gradients differ)"
+    worst = max(errs)
+    # bf16 autocast: outputs ~1e-2; gradients of a random model through 12 layers a little more
+    return f"ok ({worst:.1e})" if worst < 5e-2 else f"MISMATCH ({worst:.1e})"
 
 
-# ---- the whole table ----------------------------------------------------------------------------
+# ---- the whole table: one process per cell -----------------------------------------------------
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--tasks", default=",".join(TASKS))
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--shapes", default="", help="per model, e.g. bert=32x512,resnet50=64")
     parser.add_argument("--out", default=os.environ.get("OUT", "bench_out"))
+    parser.add_argument("--cell", help=argparse.SUPPRESS)  # internal: run one cell in this process
     args = parser.parse_args()
+    if args.cell:
+        return _worker(args)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    small = device == "cpu"
-    if device == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
     rows = []
     for name in args.models.split(","):
-        try:
-            base, make_inputs = MODELS[name](small)
-        except ImportError as e:
-            print(f"skip {name}: {e}", flush=True)
-            continue
         for task in args.tasks.split(","):
             reference = None
             for variant in args.variants.split(","):
-                torch.manual_seed(0)
-                try:
-                    row = run_cell(name, task, variant, base, make_inputs, device, args.steps, reference)
-                except Exception as e:
-                    traceback.print_exc()
-                    row = {"model": name, "task": task, "variant": variant, "error": f"{type(e).__name__}: {e}"}
-                if variant == "eager" and "output" in row:
-                    reference = row["output"]
-                row.pop("output", None)
+                cell = _spawn(name, task, variant, args)
+                row = cell["row"]
+                if "error" not in row:
+                    row["check"] = check(cell, reference)
+                    if variant == "eager":
+                        reference = cell
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     report(rows, Path(args.out), device)
+
+
+def _spawn(name: str, task: str, variant: str, args: argparse.Namespace) -> dict:
+    """Run one cell in a fresh Python process; its result comes back through a file."""
+    with tempfile.TemporaryDirectory(prefix="cell-", dir=_CACHE_ROOT) as tmp:
+        result = Path(tmp) / "cell.pt"
+        cmd = [sys.executable, __file__, "--cell", f"{name},{task},{variant}", "--steps", str(args.steps),
+               "--shapes", args.shapes, "--out", str(result)]
+        proc = subprocess.run(cmd, env=dict(os.environ), check=False)
+        if proc.returncode != 0 or not result.exists():
+            return {"row": {"model": name, "task": task, "variant": variant,
+                            "error": f"cell process exited with {proc.returncode}"}}
+        return torch.load(result, weights_only=False)
+
+
+def _worker(args: argparse.Namespace) -> None:
+    name, task, variant = args.cell.split(",")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    shapes = dict(item.split("=") for item in args.shapes.split(",") if item)
+    shape = tuple(int(v) for v in shapes[name].split("x")) if name in shapes else None
+    torch.manual_seed(0)
+    try:
+        base, make_inputs = MODELS[name](device == "cpu", shape)
+        cell = run_cell(name, task, variant, base, make_inputs, device, args.steps)
+        # the point of a process per cell: tc's imports never touch another compiler's numbers
+        cell["row"]["tc_imported"] = "tc" in sys.modules
+    except Exception as e:
+        traceback.print_exc()
+        cell = {"row": {"model": name, "task": task, "variant": variant, "error": f"{type(e).__name__}: {e}"}}
+    torch.save(cell, args.out)
 
 
 def report(rows: list[dict], out: Path, device: str) -> None:
@@ -260,16 +363,21 @@ def report(rows: list[dict], out: Path, device: str) -> None:
 
 def format_table(rows: list[dict], device: str) -> str:
     head = (f"{'model':10} {'task':6} {'variant':14} {'step ms':>9} {'speedup':>8} {'1st call s':>10} "
-            f"{'warm s':>7} {'mem GB':>7}  check")
+            f"{'warm s':>7} {'mem GB':>7} {'x eager':>7} {'1st GB':>7}  check")
     lines = [f"device: {_device_name(device)}", head, "-" * len(head)]
+    eager_mem = {(r["model"], r["task"]): r.get("peak_mem_gb") for r in rows if r["variant"] == "eager"}
     for r in rows:
         if "error" in r:
             lines.append(f"{r['model']:10} {r['task']:6} {r['variant']:14} ERROR {r['error'][:80]}")
             continue
         fmt = lambda v, f: format(v, f) if v is not None else "-"  # noqa: E731
+        base = eager_mem.get((r["model"], r["task"]))
+        ratio = r["peak_mem_gb"] / base if base and r.get("peak_mem_gb") is not None else None
+        leak = "  (tc imported!)" if r.get("tc_imported") and not r["variant"].startswith("tc") else ""
         lines.append(f"{r['model']:10} {r['task']:6} {r['variant']:14} {r['median_s'] * 1e3:9.2f} "
                      f"{fmt(r['speedup'], '8.2f')} {r['first_call_s']:10.1f} {fmt(r.get('warm_first_call_s'), '7.1f')} "
-                     f"{fmt(r['peak_mem_gb'], '7.1f')}  {r['check']}")
+                     f"{fmt(r['peak_mem_gb'], '7.2f')} {fmt(ratio, '7.2f')} {fmt(r.get('peak_mem_first_gb'), '7.2f')}  "
+                     f"{r['check']}{leak}")
     for variant in sorted({r["variant"] for r in rows} - {"eager"}):
         s = [r["speedup"] for r in rows if r["variant"] == variant and r.get("speedup")]
         if s:
