@@ -15,7 +15,7 @@ import attrs
 
 from tc_ir import storage
 
-OutputMode = Literal["clone", "alias"]
+OutputMode = Literal["auto", "clone", "alias"]
 
 
 @attrs.define
@@ -33,9 +33,10 @@ class Config:
 
     # CUDA graphs.
     max_graphs: int = 8
-    output_mode: OutputMode = "clone"
+    output_mode: OutputMode = "auto"  # aliases checked for liveness before each replay (cudagraphs/liveness.py)
     check_mutation_by_value: bool = True  # version counters miss writes made by raw Triton/C++ kernels
     max_rerecords: int = 2  # per shape, when a static input moved; then plain calls
+    max_sync_warmups: int = 2  # warm-ups that synchronise before a shape runs plainly for good
 
     def resolved_cache_dir(self) -> Path:
         """The cache root this config points at, after the environment fallbacks."""

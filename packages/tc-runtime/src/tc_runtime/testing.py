@@ -20,16 +20,29 @@ class FakeGraph:
         self.inputs = [a.clone() if i in self.copied else a for i, a in enumerate(args)]
         # Capture executes nothing: get the outputs' memory from a run on throw-away copies.
         scratch = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
-        self.outputs = map_tensors(torch.Tensor.clone, fn(*scratch))
+        self.outputs = map_tensors(lambda t: _on_inputs(t, scratch, self.inputs), fn(*scratch))
         self.replays = 0
+        self.in_place, self.owners = {}, []
 
     def replay(self, args):
         for i in self.copied:
             self.inputs[i].copy_(args[i])
-        for mine, new in zip(tensors_in(self.outputs), tensors_in(self.fn(*self.inputs))):
+        # a real graph reads the recorded addresses of the other inputs, which the runtime has
+        # checked are the caller's
+        inputs = [self.inputs[i] if i in self.copied else a for i, a in enumerate(args)]
+        for mine, new in zip(tensors_in(self.outputs), tensors_in(self.fn(*inputs))):
             mine.copy_(new)
         self.replays += 1
         return self.outputs
+
+
+def _on_inputs(t, scratch, inputs):
+    """A graph output: the same view of the graph's input where the function returned a view of
+    an input (a real capture returns views of the buffers it was given), else new memory."""
+    for s, mine in zip(scratch, inputs):
+        if isinstance(s, torch.Tensor) and t.untyped_storage().data_ptr() == s.untyped_storage().data_ptr():
+            return mine if t is s else mine.as_strided(t.shape, t.stride(), t.storage_offset())
+    return t.clone()
 
 
 class FakeRecorder:

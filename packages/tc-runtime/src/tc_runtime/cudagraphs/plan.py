@@ -106,6 +106,10 @@ class ShapeState:
     records: int = 0
     replays: int = 0
     eager_calls: int = 0
+    blocked: int = 0  # replays run plainly because an output they would overwrite was still held
+    sync_warmups: int = 0  # warm-ups that synchronised with the CPU (lazy set-up syncs once)
+    moves: int = 0  # consecutive calls where an input read in place came at another address
+    copy_always: frozenset[int] = frozenset()  # inputs once read in place that moved: copied now
 
 
 @attrs.define
@@ -114,6 +118,7 @@ class Planner:
 
     max_graphs: int = 8
     max_rerecords: int = 2
+    max_sync_warmups: int = 2
     states: dict[Signature, ShapeState] = attrs.field(factory=dict)
 
     @property
@@ -143,6 +148,13 @@ class Planner:
 
     def warmed(self, sig: Signature) -> None:
         self.states[sig].warmed = True
+
+    def synced(self, sig: Signature) -> bool:
+        """Note a warm-up that synchronised with the CPU; True once that is no longer taken for
+        lazy set-up (a kernel's first-launch self-check, a library handle) but for the function."""
+        state = self.states[sig]
+        state.sync_warmups += 1
+        return state.sync_warmups >= self.max_sync_warmups
 
     def recorded(self, sig: Signature, graph: Any, pointers: tuple[int, ...]) -> Any:
         """Note a new graph for ``sig``; returns the graph it replaces (None if none)."""

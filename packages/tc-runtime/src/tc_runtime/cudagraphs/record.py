@@ -29,6 +29,11 @@ def shared_pool() -> Any:
         return _shared_pool
 
 
+def is_shared_pool(pool: Any) -> bool:
+    """Whether ``pool`` is the one :func:`shared_pool` returns (without making it)."""
+    return pool is not None and pool == _shared_pool
+
+
 class RecordedGraph:
     """One captured graph with the buffers it reads and the outputs it writes."""
 
@@ -40,6 +45,8 @@ class RecordedGraph:
         self.copied = tuple(copied)
         self.label = label
         self.order = -1  # capture order in its pool, set by the output scheme
+        self.in_place: dict[int, int] = {}  # positions read in place (not static) -> data_ptr recorded
+        self.owners: list[Any] = []  # graphs whose output memory this one reads in place
 
     def replay(self, args: Sequence[Any]) -> Any:
         with torch.no_grad():

@@ -19,6 +19,7 @@ from tc_ir.logs import get_logger
 
 from ..config import OutputMode, config
 from . import mutation
+from .liveness import LiveLedger, LiveOutputs
 from .outputs import AliasOutputs, CloneOutputs, Poison, PoolLedger, storage_poison, tensors_in
 from .plan import (
     Eager,
@@ -32,11 +33,12 @@ from .plan import (
     signature,
     static_pointers,
 )
-from .record import CudaRecorder, shared_pool
+from .record import CudaRecorder, is_shared_pool, shared_pool
 
 log = get_logger("cudagraphs")
 
 _ledgers: dict[Any, PoolLedger] = {}
+_live_ledgers: dict[Any, LiveLedger] = {}
 _ledgers_lock = threading.Lock()
 
 
@@ -55,14 +57,15 @@ class CudaGraphed:
     """
 
     def __init__(self, fn: Callable[..., Any], static_input_indices: Sequence[int], *, recorder: Recorder,
-                 outputs: CloneOutputs | AliasOutputs, max_graphs: int, max_rerecords: int,
-                 check_mutation_by_value: bool = True):
+                 outputs: CloneOutputs | AliasOutputs | LiveOutputs, max_graphs: int, max_rerecords: int,
+                 check_mutation_by_value: bool = True, max_sync_warmups: int = 2):
         self.fn = fn
         self.static = frozenset(static_input_indices)
         self._static_order = sorted(self.static)
         self.recorder = recorder
         self.outputs = outputs
-        self.planner = Planner(max_graphs=max_graphs, max_rerecords=max_rerecords)
+        self.planner = Planner(max_graphs=max_graphs, max_rerecords=max_rerecords,
+                               max_sync_warmups=max_sync_warmups)
         self.check_mutation_by_value = check_mutation_by_value
         self.name = getattr(fn, "__qualname__", type(fn).__name__)
         self._warned_unsupported = False
@@ -73,7 +76,7 @@ class CudaGraphed:
             return self._unsupported(sig, args)
         decision = self.planner.decide(sig, static_pointers(args, self._static_order))
         if isinstance(decision, Replay):
-            return self._replay(decision.graph, args)
+            return self._guarded_replay(sig, decision.graph, args)
         if isinstance(decision, Warmup):
             return self._warm_up(sig, args)
         if isinstance(decision, Record):
@@ -89,6 +92,34 @@ class CudaGraphed:
 
     # -- the three paths ------------------------------------------------------------------------
 
+    def _guarded_replay(self, sig: Signature, graph: Any, args: Sequence[Any]) -> Any:
+        """Replay, unless an input read in place moved (record again, copying it) or an output the
+        replay would overwrite is still held (this call runs plainly)."""
+        state = self.planner.states[sig]
+        if moved := [i for i, ptr in graph.in_place.items() if args[i].data_ptr() != ptr]:
+            # once (the producing graph ran plainly this step): a plain call; twice in a row
+            # (its outputs are copied out now): copy these inputs from now on
+            state.moves += 1
+            if state.moves < 2:
+                state.replays -= 1
+                return self.fn(*args)
+            state.copy_always |= frozenset(moved)
+            return self._record(sig, args, f"inputs {moved}, read in place, moved; copying them now")
+        state.moves = 0
+        busy = getattr(self.outputs, "busy", None)
+        if busy is not None and (held := busy(graph)):
+            return self._blocked(sig, held, args)
+        return self._replay(graph, args)
+
+    def _blocked(self, sig: Signature, held: list, args: Sequence[Any]) -> Any:
+        state = self.planner.states[sig]
+        state.blocked, state.replays = state.blocked + 1, state.replays - 1
+        if state.blocked == 1:
+            where = ", ".join(f"output {i} of {getattr(g, 'label', 'a graph')}" for g, i in held[:3])
+            log.info("cudagraphs: %s%s runs plainly once: a replay would overwrite %s, still held; "
+                     "those outputs are copied out from now on", self.name, describe(sig), where)
+        return self.fn(*args)
+
     def _replay(self, graph: Any, args: Sequence[Any]) -> Any:
         outputs = graph.replay(args)
         # After the inputs were copied in: an input may be an alias this invalidates (h = g(h)).
@@ -98,7 +129,9 @@ class CudaGraphed:
     def _warm_up(self, sig: Signature, args: Sequence[Any]) -> Any:
         if problem := input_problem(args, self.static, self.recorder.accepts):
             return self._give_up(sig, problem, lambda: self.fn(*args))
-        result, problem = self.recorder.warm_call(lambda: self._checked_call(args), args)
+        result, problem, synced = self.recorder.warm_call(lambda: self._checked_call(args), args)
+        if synced and not self.planner.synced(sig):
+            return result  # lazy set-up syncs once (a kernel's first-launch self-check): warm up again
         if problem:
             return self._give_up(sig, problem, lambda: result)
         self.planner.warmed(sig)
@@ -106,12 +139,14 @@ class CudaGraphed:
 
     def _record(self, sig: Signature, args: Sequence[Any], why: str) -> Any:
         label = f"graph of {self.name}{describe(sig)}"
+        in_place = self._in_place(sig, args)
         try:
-            graph = self.recorder.record(self.fn, args, self.static, label)
+            graph = self.recorder.record(self.fn, args, self.static | in_place.keys(), label)
         except Exception as e:  # a CPU sync, an unsupported op, ...: capture errors mean no graph
             reason = f"capture failed: {type(e).__name__}: {_first_line(e)}"
             return self._give_up(sig, reason, lambda: self.fn(*args))
         self.outputs.on_record(graph)
+        self._read_in_place(graph, in_place, args)
         self._release(self.planner.recorded(sig, graph, static_pointers(args, self._static_order)))
         log.info("cudagraphs: recorded %s (%s)", label, why)
         return self._replay(graph, args)
@@ -124,7 +159,27 @@ class CudaGraphed:
 
     # -- helpers --------------------------------------------------------------------------------
 
-    def _checked_call(self, args: Sequence[Any]) -> tuple[Any, str | None]:
+    def _in_place(self, sig: Signature, args: Sequence[Any]) -> dict[int, Any]:
+        """Non-static inputs that are outputs of graphs in this pool (a backward's saved
+        activations), by position, with the graph owning their memory: read in place, not copied."""
+        owner_of = getattr(self.outputs, "owner_of", None)
+        if owner_of is None:
+            return {}
+        skip = self.static | self.planner.states[sig].copy_always
+        found = {i: owner_of(a) for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in skip}
+        return {i: g for i, g in found.items() if g is not None}
+
+    @staticmethod
+    def _read_in_place(graph: Any, in_place: dict[int, Any], args: Sequence[Any]) -> None:
+        # The graph reads these addresses on every replay: keep their owners (and so the memory)
+        # alive, but not the tensors themselves, which would count as holders of the owners'
+        # outputs and block the owners' replays.
+        graph.in_place = {i: args[i].data_ptr() for i in in_place}
+        graph.owners = list(in_place.values())
+        for i in in_place:
+            graph.inputs[i] = None
+
+    def _checked_call(self, args: Sequence[Any]) -> tuple[Any, str | None, bool]:
         """A plain call (its result is this call's answer) that also tells whether a graph would
         change the meaning: inputs written in place, or outputs that autograd should track."""
         copied = [i for i in range(len(args)) if i not in self.static]
@@ -134,14 +189,14 @@ class CudaGraphed:
         if watch.synced:
             # A capture that meets a CPU sync fails and leaves CUDA's RNG in capture state, so
             # such a function is never captured: this plain call tells us in advance.
-            return result, f"fn synchronises with the CPU during its call ({watch.synced})"
+            return result, f"fn synchronises with the CPU during its call ({watch.synced})", True
         if written := mutation.mutated(args, before):
             return result, (f"fn writes into non-static inputs {written}; a graph would write into "
-                            "its copies instead (mark them static if they are parameters or buffers)")
+                            "its copies instead (mark them static if they are parameters or buffers)"), False
         if torch.is_grad_enabled() and any(t.requires_grad for t in tensors_in(result)):
             return result, ("outputs require grad; a graph records no autograd history "
-                            "(call under torch.no_grad(), or graph forward and backward separately)")
-        return result, None
+                            "(call under torch.no_grad(), or graph forward and backward separately)"), False
+        return result, None, False
 
     def _give_up(self, sig: Signature, reason: str, call: Callable[[], Any]) -> Any:
         self._release(self.planner.give_up(sig, reason))
@@ -186,6 +241,7 @@ def cudagraphify(fn: Callable[..., Any], example_inputs: Sequence[Any], static_i
         max_graphs=config.max_graphs if max_graphs is None else max_graphs,
         max_rerecords=config.max_rerecords,
         check_mutation_by_value=config.check_mutation_by_value,
+        max_sync_warmups=config.max_sync_warmups,
     )
 
 
@@ -197,11 +253,20 @@ def ledger_for(pool: Any, poison: Poison) -> PoolLedger:
         return _ledgers[pool]
 
 
-def _output_scheme(mode: str, pool: Any) -> CloneOutputs | AliasOutputs:
+def live_ledger_for(pool: Any) -> LiveLedger:
+    """The liveness ledger of one pool, shared by every graphed callable recording into it."""
+    key = "shared" if pool is None or is_shared_pool(pool) else pool
+    with _ledgers_lock:
+        return _live_ledgers.setdefault(key, LiveLedger())
+
+
+def _output_scheme(mode: str, pool: Any) -> CloneOutputs | AliasOutputs | LiveOutputs:
     if mode == "clone":
         return CloneOutputs()
+    if mode == "auto":
+        return LiveOutputs(live_ledger_for(pool))
     if mode != "alias":
-        raise ValueError(f"output_mode must be 'clone' or 'alias', not {mode!r}")
+        raise ValueError(f"output_mode must be 'auto', 'clone' or 'alias', not {mode!r}")
     poison = storage_poison()
     if poison is None or not torch.cuda.is_available():
         raise RuntimeError("output_mode='alias' needs a CUDA build of torch (torch._C._set_storage_access_error_msg)")
