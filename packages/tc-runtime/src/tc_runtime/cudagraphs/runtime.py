@@ -225,7 +225,7 @@ def cudagraphify(fn: Callable[..., Any], example_inputs: Sequence[Any], static_i
     ``config.max_rerecords`` moves that signature runs plainly. Other inputs are copied into the
     graph's buffers. All graphs record into ``pool`` (default: one pool for the whole process).
 
-    ``output_mode`` (default ``config.output_mode``, ``"clone"``): see :mod:`.outputs`.
+    ``output_mode`` (default ``config.output_mode``, ``"auto"``): see :mod:`.liveness` and :mod:`.outputs`.
     Calls that cannot use a graph run ``fn`` plainly and log why once (``TC_LOGS=cudagraphs``).
 
     >>> g = cudagraphify(model_fn, [x], static_input_indices=())
