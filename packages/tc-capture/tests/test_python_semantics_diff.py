@@ -15,13 +15,19 @@ The generator is seeded: a failure names its seed, and ``program_source(seed)`` 
 
 from __future__ import annotations
 
+import bisect
 import collections
 import collections.abc
+import copy
 import dataclasses
+import enum
 import functools
 import itertools
+import math
+import operator
 import os
 import random
+import types
 import typing
 
 import pytest
@@ -112,11 +118,123 @@ SNIPPETS = {
                       "out.append(ng{i})"],
     "closure": ["cnt{i} = [0]", "def bump{i}():\n    cnt{i}[0] += 1\n    return cnt{i}[0]",
                 "out.append((bump{i}(), bump{i}()))"],
+    "itertools_more": ["out.append(list(itertools.zip_longest([1, 2], 'a', fillvalue={i})))",
+                       "out.append(list(itertools.pairwise([x, y, x])))",
+                       "out.append(list(itertools.compress('abc', [1, 0, {i}])))",
+                       "out.append(list(itertools.filterfalse(lambda v: v % 2, range(5))))",
+                       "out.append(list(itertools.islice(itertools.count({i}), 3)))",
+                       "out.append(list(itertools.repeat(x, 2)))",
+                       "out.append([(k, len(list(g))) for k, g in itertools.groupby('aab')])",
+                       "out.append(list(itertools.permutations([1, 2, {i}], 2)))",
+                       "out.append(list(itertools.combinations('abc', 2)))",
+                       "out.append(list(itertools.starmap(pow, [(2, {i}), (3, 2)])))",
+                       "out.append(list(itertools.takewhile(lambda v: v < 2, [0, 1, 2, 0])))"],
+    "functools_more": ["out.append(cached_square({i}))", "out.append(wrapped_add(x, {i}))",
+                       "cp{i} = WithCached(x)", "out.append(cp{i}.doubled + cp{i}.doubled)",
+                       "out.append(functools.partial(pow, exp={i})(2))"],
+    "collections_more": ["out.append(dict.fromkeys('ab', {i}))", "sd{i} = {{}}", "sd{i}.setdefault('l', []).append(x)",
+                         "out.append(sd{i})", "cn{i} = collections.Counter([1, 1, {i}])", "out.append(cn{i}[1])",
+                         "dq{i} = collections.deque([x, y])", "dq{i}.appendleft({i})", "out.append(dq{i}.popleft())",
+                         "od{i} = collections.OrderedDict(a=1, b=2)", "od{i}.move_to_end('a')", "out.append(list(od{i}))"],
+    "enum": ["out.append((Color.RED.value, Color(2).name, Color.RED in [Color.RED], Color.RED is Color.RED))",
+             "out.append(x * Color.GREEN.value)", "out.append(type(Color.RED).__name__)"],
+    "dataclass_more": ["dr{i} = dataclasses.replace(DC(x, {i}), n=5)", "out.append((dr{i}.n, dr{i}.t))",
+                       "out.append([f.name for f in dataclasses.fields(DC)])",
+                       "fz{i} = Frozen(x, {i})", "out.append((fz{i}.n, fz{i}.total))"],
+    "torch_size": ["sz{i} = x.shape", "out.append((sz{i} + (1,), sz{i}[0] * {i}, type(sz{i} + (1,))))",
+                   "out.append(x.new_zeros(sz{i}))", "out.append(torch.finfo(x.dtype).eps * {i})",
+                   "out.append(torch.iinfo(torch.int32).max)", "out.append(x.view(torch.Size([1, sz{i}[0]])))"],
+    "class_new": ["made{i} = Registry.made", "cn{i} = Tagged(x, {i})",
+                  "out.append((cn{i}.tag, type(cn{i}).__name__, cn{i}.t))", "out.append(Registry.made - made{i})"],
+    "sort_objects": ["out.append(sorted([(1, 'b'), ({i}, 'a')], key=operator.itemgetter(1)))",
+                     "out.append(min({{'p': 3, 'q': {i}}}, key={{'p': 3, 'q': {i}}}.get))",
+                     "out.append(sorted('bca', reverse=True))"],
+    "strings": ["out.append(','.join(['a', str({i})]))", "out.append('a-b'.split('-'))",
+                "out.append('%d-%s' % ({i}, 'x'))", "out.append('{{}}/{{}}'.format(1, {i}))"],
+    "dict_iter_mutation": ["dm{i} = {{'a': x, 'b': y}}", "for kk{i} in list(dm{i}):\n    dm{i}[kk{i} + 'x'] = dm{i}[kk{i}] * 2",
+                           "out.append(dm{i})"],
+    "nested_args": ["def nf{i}(a, *rest, scale=2, **kw):\n    return a * scale + len(rest) + len(kw)",
+                    "out.append(nf{i}(x, 1, 2, scale={i}, z=3))", "out.append(nf{i}(*[y], **{{'scale': 1}}))"],
+    "generator": ["def gen{i}(n):\n    for q in range(n):\n        ev.append(('g{i}', q))\n        yield x * q",
+                  "out.append(list(gen{i}(3)))", "out.append(sum(t.sum() for t in gen{i}(2)))"],
+    "try_except": ["try:\n    ex{i} = {{}}['missing']\nexcept KeyError as e:\n    ex{i} = str(e)", "out.append(ex{i})"],
+    "abc_checks": ["out.append((isinstance({{}}, collections.abc.Mapping), isinstance(collections.OrderedDict(), dict)))",
+                   "out.append((isinstance(Pt(1, 2), collections.abc.Sequence), isinstance(range(3), collections.abc.Sequence)))",
+                   "out.append((issubclass(Vec, tuple), isinstance(frozenset(), collections.abc.Set)))"],
+    "reversed": ["rv{i} = reversed([x, y])", "out.append(type(rv{i}).__name__)", "out.append(list(rv{i}))",
+                 "out.append(list(reversed(range({i} + 1))))"],
+    "view_ops": ["vd{i} = {{'a': 1, 'b': {i}}}", "out.append(vd{i}.keys() & {{'a', 'z'}})",
+                 "out.append(vd{i}.keys() - {{'a'}})", "out.append(list(reversed(vd{i}.keys())))",
+                 "out.append(('a', 1) in vd{i}.items())"],
+    "map_multi": ["out.append(list(map(operator.add, [1, 2], [3, 4, {i}])))", "out.append(list(map(str, range({i}))))"],
+    "namespace": ["ns{i} = types.SimpleNamespace(a=x)", "ns{i}.b = {i}",
+                  "out.append((ns{i}.a * ns{i}.b, getattr(ns{i}, 'zz', 5)))"],
+    "math_copy": ["out.append((math.prod([2, {i}]), math.isclose(0.1 + 0.2, 0.3), math.sqrt(4)))",
+                  "cl{i} = [1, [2]]", "cc{i} = copy.copy(cl{i})", "cc{i}[1].append({i})", "out.append(cl{i})",
+                  "out.append(bisect.bisect_left([1, 3, 5], {i}))"],
 }
+
+
+class Color(enum.Enum):
+    RED = 1
+    GREEN = 2
+
+
+@functools.cache
+def cached_square(n):
+    return n * n
+
+
+def _add(a, b):
+    return a + b
+
+
+@functools.wraps(_add)
+def wrapped_add(a, b):
+    return _add(a, b) * 2
+
+
+class WithCached:
+    def __init__(self, t):
+        self.t = t
+
+    @functools.cached_property
+    def doubled(self):
+        return self.t * 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Frozen:
+    t: torch.Tensor
+    n: int
+
+    @property
+    def total(self):
+        return self.t.sum() + self.n
+
+
+class Registry(type):
+    made = 0
+
+    def __call__(cls, *args):
+        Registry.made += 1
+        return super().__call__(*args)
+
+
+class Tagged(metaclass=Registry):
+    def __new__(cls, t, tag):
+        obj = super().__new__(cls)
+        obj.tag = f"tag{tag}"
+        return obj
+
+    def __init__(self, t, tag):
+        self.t = t * tag
 
 BREAK = 'print(end="")'
 GLOBALS = {"torch": torch, "collections": collections, "functools": functools, "itertools": itertools,
-           "Pt": Pt, "Vec": Vec, "DC": DC}
+           "Pt": Pt, "Vec": Vec, "DC": DC, "Color": Color, "cached_square": cached_square, "wrapped_add": wrapped_add,
+           "WithCached": WithCached, "Frozen": Frozen, "Tagged": Tagged, "Registry": Registry, "operator": operator,
+           "dataclasses": dataclasses, "types": types, "math": math, "copy": copy, "bisect": bisect}
 
 
 def program_source(seed: int) -> tuple[str, list[str]]:

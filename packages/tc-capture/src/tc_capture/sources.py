@@ -63,19 +63,26 @@ def dict_of_view(view) -> dict:
     return found
 
 
-REAL_ITERATORS = (type(iter([])), type(iter(())), type(iter(range(0))))
+REVERSED_ITERATORS = (type(reversed([])), type(reversed(())))
+REAL_ITERATORS = (type(iter([])), type(iter(())), type(iter(range(0)))) + REVERSED_ITERATORS
 
 
 def iter_state(it) -> tuple:
-    """``(sequence, position)`` of a list, tuple or range iterator (``((), 0)`` once exhausted)."""
+    """``(sequence, position)`` of a list, tuple or range iterator (``((), 0)`` once exhausted);
+    a reversed iterator's position is the next index it yields, counting down (-1: exhausted)."""
     state = it.__reduce__()
-    return (state[1][0], state[2]) if len(state) == 3 else ((), 0)
+    if len(state) == 3:
+        return state[1][0], state[2]
+    return (), -1 if type(it) in REVERSED_ITERATORS else 0
 
 
 def iter_at(kind: type, items: list, index: int):
     """A real iterator of type ``kind`` over ``items`` at ``index``: what ``type()`` and the user's
     code see for an iterator live at a graph break. A range iterator needs items in arithmetic
     progression (they are: they came from a range)."""
+    if kind in REVERSED_ITERATORS:
+        rest = list(items[index:])[::-1]
+        return reversed(rest if kind is REVERSED_ITERATORS[0] else tuple(rest))
     if kind is REAL_ITERATORS[2]:
         step = items[1] - items[0] if len(items) > 1 else 1
         seq = range(items[0], items[0] + step * len(items), step) if items else range(0)

@@ -7,6 +7,7 @@ values, module parameters/buffers/submodules are read from the module's dicts wi
 
 from __future__ import annotations
 
+import functools
 import types
 
 import torch
@@ -243,11 +244,27 @@ def _class_attr(f, obj: V, cls: type, name: str, start_after: type | None = None
         inst_dict = getattr(obj.value, "__dict__", None)
         if inst_dict is not None and name in inst_dict:
             return _sourced(f, inst_dict[name], obj.source, name, obj.value)
+    if found and isinstance(desc, functools.cached_property):
+        return _cached_property(f, obj, desc, name)
+    if found and isinstance(getattr(type(desc), "__get__", None), types.FunctionType):
+        raise Unsupported(f"attribute {name!r}: a descriptor whose __get__ is Python code ({type(desc).__name__})")
     if found:
         return _bind(desc, obj, cls, name)
     if not found and _lookup(cls, "__getattr__")[0] and not issubclass(cls, torch.nn.Module):
         raise Unsupported(f"{cls.__name__}.__getattr__ would run for {name!r}")
     raise AttrMissing(f"{cls.__name__!r} object has no attribute {name!r}")
+
+
+def _cached_property(f, obj: V, desc, name: str) -> V:
+    """First read of a ``functools.cached_property``: its function inlined, the result stored in
+    the instance (a side effect like any attribute write), as ``cached_property.__get__`` does."""
+    from .calls import call_function
+
+    if isinstance(obj, ObjV) and name in obj.attrs:
+        return obj.attrs[name]
+    value = call_function(f, Const(desc.func), [obj], {})
+    set_attr(f, obj, name, value)
+    return value
 
 
 def _bind(desc, obj: V, cls: type, name: str) -> V:

@@ -160,7 +160,10 @@ def contains(f, item: V, container: V) -> bool:
         if isinstance(item, TensorV):
             return any(identity(item, x) for x in container.items)
         key = realize_const(item)
-        return any(isinstance(x, Const) and x.value == key for x in container.items)
+        for x in container.items:  # `in` compares by identity, then ==; tensors never equal a constant here
+            if identity(item, x) or not isinstance(x, TensorV) and _eq_const(x, key):
+                return True
+        return False
     if isinstance(container, Const):
         from . import tensor_keys
 
@@ -170,6 +173,17 @@ def contains(f, item: V, container: V) -> bool:
             return realize_const(item) in container.value
         return realize_const(item) in container.value
     raise Unsupported(f"`in` on {type(container).__name__}")
+
+
+def _eq_const(x: V, key) -> bool:
+    try:
+        value = realize_const(x)
+    except Unsupported:
+        raise Unsupported("`in` over items holding tensors (== on a tensor compares data)") from None
+    try:
+        return bool(value == key)
+    except Exception as e:
+        raise Unsupported(f"`in`: == raised {type(e).__name__}") from e
 
 
 def unary(f, fn, a: V) -> V:

@@ -167,7 +167,7 @@ class Session:
     def _real_iterator(self, value, source: S.Source) -> IterV:
         """A list/tuple/range iterator (an iterator live at a break is rebuilt as one): its
         sequence and position are read through ``__reduce__`` and guarded like a sequence's."""
-        g = self.guards
+        g, t = self.guards, type(value)
         seq, index = S.iter_state(value)
         state = S.Source(f"_iter_state({source.expr})", source.name + "_state")
         g.type_is(source, value)
@@ -178,8 +178,11 @@ class Session:
             items = [Const(i) for i in seq]
         else:
             g.add(source, f"len({seq_src.expr}) == {len(seq)}", f"{g.readable(source)} over {len(seq)} items")
+            if t in S.REVERSED_ITERATORS:  # the items still to come, in the order they come
+                items = [self.wrap(seq[j], seq_src.item(j, None)) for j in range(index, -1, -1)]
+                return IterV(items, 0, source, t)
             items = [self.wrap(v, seq_src.item(i, None)) for i, v in enumerate(seq)]
-        return IterV(items, index, source, type(value))
+        return IterV(items, index, source, t)
 
     def _by_contents(self, value, source: S.Source) -> V:
         """A set, frozenset or dict view argument is folded at capture time (its operations run on
