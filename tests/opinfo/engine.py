@@ -276,6 +276,42 @@ def graph_break(call: Call) -> str:
     return ""
 
 
+def run_error_sample(path: str, call: Call, options: dict) -> tuple[str, str]:
+    """An OpInfo error input: eager raises, so tc must raise too (any exception, at compile or
+    run time); returning a value instead (an index out of range read as garbage) is a wrong answer."""
+    tensors = [t.detach() for t in call.tensors]
+    try:
+        with torch.no_grad():
+            call.fn(*tensors)
+    except Exception as e:
+        expected = e
+    else:
+        return "skip", "eager does not raise"
+    try:
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")
+            PATHS[path](call, options)(*tensors)
+    except Exception as e:
+        return "pass", f"raises {type(e).__name__} (eager {type(expected).__name__})"
+    return "mismatch", f"returns a value where eager raises {type(expected).__name__}: {str(expected)[:200]}"
+
+
+def error_outcomes(op: Any, device: str, paths: tuple, options: dict) -> list[SampleOutcome]:
+    try:
+        calls = [as_call(op, e.sample_input) for e in op.error_inputs(device)]
+    except Exception as e:  # the OpInfo's own generator (some need a GPU, some are not written)
+        return [SampleOutcome("-", "err", "-", -1, "skip", f"error inputs: {type(e).__name__}")]
+    results = []
+    for index, call in enumerate(calls):
+        for path in paths:
+            try:
+                outcome, detail = run_error_sample(path, call, options)
+            except Exception as e:  # a bug of this harness: counted, never hidden
+                outcome, detail = "crash", f"harness: {type(e).__name__}: {e}"
+            results.append(SampleOutcome(path, "err", "-", index, outcome, detail))
+    return results
+
+
 def draws_of(op: Any, device: str, dtype: torch.dtype, grad: bool, limit: int) -> list[list[Call]]:
     """Per sample, its calls from two seeded draws (one when the second's shapes differ)."""
     per_draw = []
@@ -293,9 +329,10 @@ def second_dtype(op: Any, device: str) -> torch.dtype | None:
 
 
 def sweep_op(op: Any, *, paths=("inductor", "tc"), device="cpu", samples=4, options=None,
-             second=True) -> list[SampleOutcome]:
-    """Every outcome of one OpInfo: float32 forward and backward on each path, and forward in a
-    second dtype (first two samples) through ``tc.compile``."""
+             second=True, errors=True) -> list[SampleOutcome]:
+    """Every outcome of one OpInfo: float32 forward and backward on each path, forward in a
+    second dtype (first two samples) through ``tc.compile``, and the OpInfo's error inputs
+    (eager raises: tc must raise too) on each path."""
     options = dict(options or {})
     results: list[SampleOutcome] = []
     plans = [(torch.float32, "fwd", paths, samples)]
@@ -319,6 +356,8 @@ def sweep_op(op: Any, *, paths=("inductor", "tc"), device="cpu", samples=4, opti
                 except Exception as e:  # a bug of this harness: counted, never hidden
                     outcome, detail = "crash", "harness: " + "".join(traceback.format_exception_only(e)).strip()
                 results.append(SampleOutcome(path, phase, str(dtype).removeprefix("torch."), index, outcome, detail))
+    if errors:
+        results += error_outcomes(op, device, paths, options)
     return results
 
 

@@ -127,7 +127,7 @@ def summarize(records: list[dict], paths: list[str]) -> str:
         by_op[r["op"]].append(r)
     lines = [f"{'path':10s} {'phase':6s} " + " ".join(f"{c:>9s}" for c in COLUMNS)]
     for path in paths:
-        for phase in ("fwd", "bwd"):
+        for phase in ("fwd", "bwd", "err"):
             ops = collections.Counter()
             samples = collections.Counter()
             for rs in by_op.values():
