@@ -233,6 +233,8 @@ class Builder:
         if ops is None:
             return
         a = self.env[ops[0]]
+        if self.grad and name.startswith("foreach") and not _distinct_memory([self.env[n] for n in ops]):
+            return  # eager's autograd applies a repeated tensor's op once (its value twice)
         fields = dict(zip("abc", ops), s=self.choose(SCALARS), k=self.choose((False, True)), **self.dims(a))
         expr = template.format(**fields)
         target = f"v{len(self.lines)}"
@@ -277,6 +279,11 @@ class Builder:
         for _ in range(self.choose((0, 1, 2, 2))):
             outs.append(self.choose(unread or names))
         return outs
+
+
+def _distinct_memory(tensors: list[torch.Tensor]) -> bool:
+    ptrs = [t.untyped_storage().data_ptr() for t in tensors]
+    return len(set(ptrs)) == len(ptrs)
 
 
 def _broadcasts(a: torch.Size, b: torch.Size) -> bool:
