@@ -65,7 +65,7 @@ def _inputs(shapes, dtype, device, mask, grad=True):
 
 
 def _eager(graph: tc_ir.Graph, inputs: list):
-    return tc_ir.interpret(graph, inputs)[0]
+    return tc_ir.interpret(graph, inputs)
 
 
 def _check(graph, shapes, dtype, device, mask, atol, rtol):
@@ -73,7 +73,7 @@ def _check(graph, shapes, dtype, device, mask, atol, rtol):
                         decompositions=tc_inductor.decompositions())
     for _ in range(2):  # fresh inputs each time, not the ones it was compiled with
         inputs = _inputs(shapes, dtype, device, mask)
-        out = f(*inputs)[0]
+        out = f(*inputs)
         ref = _eager(graph, inputs)
         cot = torch.randn_like(ref)
         grads = torch.autograd.grad(out, inputs[:3], cot)
@@ -133,7 +133,7 @@ def test_cpu_attention_inference_graph_is_fused():
     f = tc_autograd.aot(g, inputs, fw_compiler=_compiler, decompositions=tc_inductor.decompositions())
     assert _fused_in(f.inference_graph)
     inputs = _inputs(shapes, torch.float32, "cpu", "broadcast_last", grad=False)
-    torch.testing.assert_close(f(*inputs)[0], _eager(g, inputs), atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(f(*inputs), _eager(g, inputs), atol=1e-5, rtol=1e-4)
 
 
 def test_cpu_dropout_semantics():
@@ -144,10 +144,10 @@ def test_cpu_dropout_semantics():
     qkv = _inputs(shapes, torch.float32, "cpu", None, grad=False)
     f = tc_autograd.aot(g, qkv, fw_compiler=_compiler, decompositions=tc_inductor.decompositions())
     torch.manual_seed(1)
-    first = f(*qkv)[0]
+    first = f(*qkv)
     torch.manual_seed(1)
-    torch.testing.assert_close(f(*qkv)[0], first)
-    draws = torch.stack([f(*qkv)[0] for _ in range(300)])
+    torch.testing.assert_close(f(*qkv), first)
+    draws = torch.stack([f(*qkv) for _ in range(300)])
     assert not torch.equal(draws[0], draws[1])
     expected = F.scaled_dot_product_attention(*qkv)
     assert (draws.mean(0) - expected).abs().max() < 0.25 * expected.abs().max()
@@ -171,7 +171,7 @@ def test_cuda_attention_is_fused(case):
     inputs = _inputs(shapes, torch.bfloat16, "cuda", mask)
     cot = torch.randn(shapes[0], dtype=torch.bfloat16, device="cuda")
     torch.manual_seed(3)  # the fused kernels draw dropout from the generator's state, as eager's call does
-    out = f(*inputs)[0]
+    out = f(*inputs)
     grads = torch.autograd.grad(out, inputs[:3], cot)
     torch.manual_seed(3)
     ref = F.scaled_dot_product_attention(*inputs[:3], **kwargs, **({"attn_mask": _eager_mask(inputs, mask)}

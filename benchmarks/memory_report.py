@@ -1,0 +1,109 @@
+"""Where a training step's memory goes, eager against tc: one model of benchmarks/models.py.
+
+Prints, for eager and for tc (each in its own process, as models.py runs cells): memory held
+after the forward (what autograd keeps for the backward), the forward's peak, the backward's
+peak (all above what the model and inputs take), and for tc the tensors its partition saves for
+the backward, grouped by dtype and shape, largest first.
+
+    python benchmarks/memory_report.py bert --shape 32x512
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import logging
+import re
+import subprocess
+import sys
+from collections import Counter
+
+import torch
+from models import MODELS, _wrap  # noqa: E402  (run from the repository root or benchmarks/)
+
+GiB = 2**30
+
+
+class _Saved(logging.Handler):
+    """Collects tc_autograd's 'saved for backward' summaries (TC_LOGS=aot)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if text.startswith("saved for backward"):
+            self.lines += text.splitlines()[1:]
+
+
+def measure(name: str, variant: str, shape: tuple | None, device: str = "cuda") -> None:
+    base, make_inputs = MODELS[name](device == "cpu", shape)
+    model = copy.deepcopy(base).to(device).train()
+    inputs = make_inputs(device)
+    cuda = torch.cuda if device == "cuda" else _NoCuda()
+    saved = _Saved()
+    if variant == "tc":  # the summary comes through tc_autograd's "aot" logger
+        logger = logging.getLogger("tc.aot")
+        logger.setLevel(logging.DEBUG)
+        logger.addHandler(saved)
+        logger.propagate = False
+    fn = _wrap(variant, model)
+    for step in range(3):  # the last step is measured; the first compiles
+        cuda.synchronize()
+        cuda.reset_peak_memory_stats()
+        start = cuda.memory_allocated()
+        with torch.autocast(device, dtype=torch.bfloat16):
+            loss = fn(*inputs).float().pow(2).mean()
+        cuda.synchronize()
+        after_forward, forward_peak = cuda.memory_allocated(), cuda.max_memory_allocated()
+        cuda.reset_peak_memory_stats()
+        loss.backward()
+        cuda.synchronize()
+        backward_peak = cuda.max_memory_allocated()
+        model.zero_grad(set_to_none=True)
+        del loss
+    print(f"{variant:6} held after forward {(after_forward - start) / GiB:6.2f} GiB, forward peak "
+          f"{(forward_peak - start) / GiB:6.2f}, backward peak {(backward_peak - start) / GiB:6.2f}")
+    if saved.lines:
+        _summarise(saved.lines)
+
+
+class _NoCuda:
+    """CPU runs (the saved-tensor summary only): every memory figure reads 0."""
+
+    def __getattr__(self, name: str):
+        return lambda: 0
+
+
+def _summarise(lines: list[str]) -> None:
+    groups: Counter = Counter()
+    counts: Counter = Counter()
+    for line in lines:
+        match = re.match(r"\s*%\S+: (\S+\[[^\]]*\])\S* .*?(\d+) B$", line)
+        if match:
+            groups[match.group(1)] += int(match.group(2))
+            counts[match.group(1)] += 1
+    total = sum(groups.values())
+    print(f"tc saves {total / GiB:.2f} GiB in {sum(counts.values())} tensors; largest groups:")
+    for spec, size in groups.most_common(12):
+        print(f"  {counts[spec]:4d} x {spec:28} {size / GiB:6.3f} GiB")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model")
+    parser.add_argument("--shape", default="")
+    parser.add_argument("--variant", default="")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args()
+    shape = tuple(int(v) for v in args.shape.split("x")) if args.shape else None
+    if args.variant:
+        return measure(args.model, args.variant, shape, args.device)
+    for variant in ("eager", "tc"):  # a process each: tc never imported where eager runs
+        subprocess.run([sys.executable, __file__, args.model, "--shape", args.shape, "--variant", variant,
+                        "--device", args.device], check=False)
+
+
+if __name__ == "__main__":
+    main()
