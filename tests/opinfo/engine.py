@@ -44,6 +44,7 @@ NONDETERMINISTIC = {
     "nn.functional.feature_alpha_dropout.without_train", "nn.functional.rrelu", "empty", "empty_like",
     "new_empty", "empty_strided", "new_empty_strided", "empty_permuted", "nn.functional.multi_head_attention_forward",
     "torch._scaled_mm", "sparse.sampled_addmm",
+    "nn.functional.fractional_max_pool2d", "nn.functional.fractional_max_pool3d",  # random pooling regions
 }
 TOL = {torch.float32: (1e-4, 1e-4), torch.float64: (1e-7, 1e-7), torch.float16: (1e-2, 1e-2),
        torch.bfloat16: (2e-2, 2e-2), torch.complex64: (1e-4, 1e-4), torch.complex128: (1e-7, 1e-7)}
@@ -219,6 +220,8 @@ def compile_inductor(call: Call, options: dict) -> Callable:
     import tc_inductor
     import tc_ir
 
+    if any(t.layout != torch.strided for t in call.tensors):  # a TensorSpec describes strided tensors only
+        raise NotImplementedError("inputs of a sparse layout cannot be graph inputs")
     g = tc_ir.Graph("opinfo")
     nodes = [g.input(f"t{i}", tc_ir.TensorSpec.from_tensor(t)) for i, t in enumerate(call.tensors)]
     with torch.no_grad():
