@@ -80,10 +80,12 @@ class Call:
     fn: Callable
     tensors: list
     source: str
+    sample: Any = None
 
 
-def as_call(op: Any, sample: Any) -> Call:
-    """Straight-line source ``def fn(t0, ...): return op(<input>, <args>, <kwargs>)``."""
+def as_call(op: Any, sample: Any, method: bool = False) -> Call:
+    """Straight-line source ``def fn(t0, ...): return op(<input>, <args>, <kwargs>)``, or with
+    ``method`` ``return t0.<method>(<args>, <kwargs>)``."""
     tensors: list = []
     consts: dict[str, Any] = {"op": op.op}
 
@@ -104,10 +106,21 @@ def as_call(op: Any, sample: Any) -> Call:
     args = [render(sample.input), *(render(a) for a in sample.args)]
     args += [f"{k}={render(v)}" for k, v in sample.kwargs.items()]
     params = ", ".join(f"t{i}" for i in range(len(tensors)))
-    source = f"def fn({params}):\n    return op({', '.join(args)})\n"
+    call = f"{args[0]}.{op.method_variant.__name__}({', '.join(args[1:])})" if method else f"op({', '.join(args)})"
+    source = f"def fn({params}):\n    return {call}\n"
     namespace = dict(consts)
     exec(compile(source, f"<opinfo {op_key(op)}>", "exec"), namespace)
-    return Call(namespace["fn"], tensors, source)
+    return Call(namespace["fn"], tensors, source, sample)
+
+
+def via_method(op: Any, calls: list) -> list:
+    """The calls through the Tensor method where the OpInfo's op is a lambda inside
+    ``torch.testing._internal`` (capture calls torch internals eagerly: the op would never reach
+    a graph) and the first argument is a tensor."""
+    internal = "torch.testing" in (getattr(op.op, "__module__", "") or "")
+    if not internal or op.method_variant is None or not all(isinstance(c.sample.input, torch.Tensor) for c in calls):
+        return calls
+    return [as_call(op, c.sample, method=True) for c in calls]
 
 
 def same_structure(a: Call, b: Call) -> bool:
@@ -244,6 +257,8 @@ PATHS = {"inductor": compile_inductor, "tc": compile_tc}
 
 def run_sample(op: Any, path: str, phase: str, draws: list, options: dict) -> tuple[str, str]:
     """One sample on one path: compile on its first draw, run every draw."""
+    if path == "tc":
+        draws = via_method(op, draws)
     first = draws[0]
     try:
         eager_value(first.fn, first, phase)
