@@ -172,7 +172,19 @@ SNIPPETS = {
     "math_copy": ["out.append((math.prod([2, {i}]), math.isclose(0.1 + 0.2, 0.3), math.sqrt(4)))",
                   "cl{i} = [1, [2]]", "cc{i} = copy.copy(cl{i})", "cc{i}[1].append({i})", "out.append(cl{i})",
                   "out.append(bisect.bisect_left([1, 3, 5], {i}))"],
+    "python_fn_args": ["c0{i} = len(CALLS)", "out.append(functools.reduce(counted_add, [1, 2, {i}]))",
+                       "out.append(list(itertools.starmap(counted_add, [(1, {i})])))",
+                       "out.append(sorted([3, 1], key=functools.partial(counted_add, {i})))",
+                       "out.append(list(map(counted_add, [x], [{i}])))", "out.append(len(CALLS) - c0{i})"],
 }
+
+CALLS: list = []
+
+
+def counted_add(a, b):
+    """A global Python function with a side effect: folding it at capture would call it once."""
+    CALLS.append((a, b))
+    return a + b
 
 
 class Color(enum.Enum):
@@ -234,7 +246,8 @@ BREAK = 'print(end="")'
 GLOBALS = {"torch": torch, "collections": collections, "functools": functools, "itertools": itertools,
            "Pt": Pt, "Vec": Vec, "DC": DC, "Color": Color, "cached_square": cached_square, "wrapped_add": wrapped_add,
            "WithCached": WithCached, "Frozen": Frozen, "Tagged": Tagged, "Registry": Registry, "operator": operator,
-           "dataclasses": dataclasses, "types": types, "math": math, "copy": copy, "bisect": bisect}
+           "dataclasses": dataclasses, "types": types, "math": math, "copy": copy, "bisect": bisect,
+           "CALLS": CALLS, "counted_add": counted_add}
 
 
 def program_source(seed: int) -> tuple[str, list[str]]:

@@ -4,6 +4,7 @@ each compared with eager over calls with different inputs (values, types, side e
 from __future__ import annotations
 
 import enum
+import os
 
 import pytest
 import torch
@@ -131,3 +132,67 @@ def test_odd_dict_keys_in_guards(key, fullgraph):
     _compare(read_each, [lambda: ({key: torch.randn(2), "z": torch.randn(2)},)] * 2, fullgraph)
     tc_capture.reset()
     _compare(read_key, [lambda: ({key: torch.randn(2)}, key)] * 2, fullgraph)
+
+
+# ---- reads of containers held by globals are guarded --------------------------------------------
+REGISTRY = {"act": torch.relu}
+
+
+def registry_read(x):
+    return REGISTRY.get("act")(x), REGISTRY.get("missing", 3)
+
+
+def test_registry_reads_are_guarded():
+    compiled = tc_capture.optimize(interpret_backend, fullgraph=True)(registry_read)
+    try:
+        for change in (None, ("act", torch.sigmoid), ("missing", 5)):
+            if change:
+                REGISTRY[change[0]] = change[1]
+            x = torch.randn(4)
+            _same(registry_read(x), compiled(x))
+    finally:
+        REGISTRY.clear()
+        REGISTRY["act"] = torch.relu
+
+
+class SubRegistry(dict):
+    def get(self, key):
+        return super().get(key.lower()) or {}
+
+
+SUB = SubRegistry(a={"n": 1})
+
+
+def sub_registry_read(x):
+    return x * len(SUB.get("A")), SUB.get("B")
+
+
+def test_super_bound_builtin_method_is_not_the_subclass_method():
+    compiled = tc_capture.optimize(interpret_backend, fullgraph=True)(sub_registry_read)
+    for _ in range(2):
+        x = torch.randn(2)
+        _same(sub_registry_read(x), compiled(x))
+
+
+# ---- constants of the process, read and guarded ---------------------------------------------------
+def finfo_read(x):
+    return x.clamp(min=torch.finfo(x.dtype).min) + torch.finfo(torch.float32).eps + torch.iinfo(torch.int8).max
+
+
+def environ_read(x):
+    flag = os.environ.get("TC_TEST_SEMANTICS_FLAG", "0")
+    return x * (3 if flag == "1" else 2), "TC_TEST_SEMANTICS_FLAG" in os.environ
+
+
+def test_finfo_iinfo_are_constants():
+    _compare(finfo_read, [lambda: (torch.randn(3),), lambda: (torch.randn(3, dtype=torch.float64),)], fullgraph=True)
+
+
+def test_environ_reads_are_guarded(monkeypatch):
+    compiled = tc_capture.optimize(interpret_backend, fullgraph=True)(environ_read)
+    monkeypatch.delenv("TC_TEST_SEMANTICS_FLAG", raising=False)
+    for value in (None, "1", "0"):
+        if value is not None:
+            monkeypatch.setenv("TC_TEST_SEMANTICS_FLAG", value)
+        x = torch.randn(3)
+        _same(environ_read(x), compiled(x))

@@ -276,8 +276,9 @@ def _bind(desc, obj: V, cls: type, name: str) -> V:
         return BoundV(Const(desc), obj)
     if hasattr(desc, "__get__") and isinstance(obj, Const):
         # Bound to this call's object: read again from its source, never baked (see _opaque_attr).
-        source = obj.source.attr(name, obj.value) if obj.source is not None else None
-        return Const(desc.__get__(obj.value, cls), source)
+        # (Only when a plain read finds this descriptor: `super().get` is not `obj.get`.)
+        plain = obj.source is not None and _lookup(type(obj.value), name)[1] is desc
+        return Const(desc.__get__(obj.value, cls), obj.source.attr(name, obj.value) if plain else None)
     return Const(desc)
 
 

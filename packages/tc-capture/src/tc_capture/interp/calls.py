@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import inspect
 import operator
 import os
@@ -70,6 +71,8 @@ _PURE_MODULES = {"math", "operator", "_operator", "builtins", "itertools", "func
 
 def call_function(f, fn: V, args: list[V], kwargs: dict[str, V]) -> V:
     if isinstance(fn, BoundV):
+        if isinstance(fn.self_v, Const) and fn.self_v.value is os.environ:
+            return _environ_read(f, fn, args, kwargs)
         return call_function(f, fn.func, [fn.self_v, *args], kwargs)
     if isinstance(fn, MethodV):
         return tensor_method(f, fn.name, fn.self_v, args, kwargs)
@@ -127,19 +130,52 @@ def _call_const(f, fn: Const, args, kwargs) -> V:
         return inline(f, value, args, kwargs, fn.source)
     if isinstance(value, types.MethodType):
         return call_function(f, BoundV(Const(value.__func__), Const(value.__self__)), args, kwargs)
+    if type(value) is functools.partial:
+        return _call_partial(f, fn, args, kwargs)
     if isinstance(value, type):
         return construct(f, value, args, kwargs)
     if _foldable(value, args, kwargs):
         from .pyops import realize_const
 
+        real_args = [realize_const(a) for a in args]
         try:
-            return Const(value(*[realize_const(a) for a in args], **{k: realize_const(v) for k, v in kwargs.items()}))
+            out = value(*real_args, **{k: realize_const(v) for k, v in kwargs.items()})
         except Exception as e:
             raise Unsupported(f"{_name(value)} raised {type(e).__name__}: {e}") from e
+        if _container_read(value):
+            _guard_read(f, fn, real_args, kwargs, out)
+        return Const(out)
     if callable(value) and type(value).__call__ is not None and isinstance(type(value).__dict__.get("__call__"),
                                                                               types.FunctionType):
         return call_function(f, BoundV(Const(type(value).__call__), fn), args, kwargs)
     raise Unsupported(f"call to {_name(value)} is not supported")
+
+
+_ENVIRON_READS = {"get", "__getitem__", "__contains__"}
+
+
+def _environ_read(f, fn: BoundV, args, kwargs) -> V:
+    """``os.environ.get(name, default)`` / ``os.environ[name]`` / ``name in os.environ``: read now
+    and guarded on the variable's value (inlining ``Mapping.get`` raised and caught a KeyError)."""
+    from .pyops import realize_const
+
+    name = getattr(realize_const(fn.func), "__name__", None)
+    if name not in _ENVIRON_READS or kwargs or not all(isinstance(a, Const) for a in args):
+        raise Unsupported(f"os.environ.{name} is not a read this interpreter answers")
+    key = args[0].value
+    present = key in os.environ
+    g = f.session.guards
+    env = g.ref(os.environ)
+    g.add(None, f"({g.ref(key)} in {env}) is {present}", f"os.environ has {key!r}: {present}")
+    if present:
+        g.add(None, f"{env}[{g.ref(key)}] == {os.environ[key]!r}", f"os.environ[{key!r}] == {os.environ[key]!r}")
+    if name == "__contains__":
+        return Const(present)
+    if not present:
+        if name == "__getitem__":
+            raise Unsupported(f"os.environ[{key!r}] raises KeyError")
+        return args[1] if len(args) > 1 else Const(None)
+    return Const(os.environ[key])
 
 
 def _deref(f, ref: Const) -> V:
@@ -186,8 +222,8 @@ def _foldable(fn, args, kwargs) -> bool:
     module = getattr(fn, "__module__", None)
     receiver = getattr(fn, "__self__", None)
     all_const = all(isinstance(a, Const) for a in [*args, *kwargs.values()])
-    if not all_const:
-        return False
+    if not all_const or _runs_python(fn) or any(_runs_python(a.value) for a in [*args, *kwargs.values()]):
+        return False  # folding would run the user's code once, at capture, not on every call
     if isinstance(fn, types.BuiltinFunctionType) and isinstance(receiver, (str, bytes, tuple, int, float, frozenset,
                                                                              torch.Size, torch.dtype, torch.device)):
         return True
@@ -195,6 +231,47 @@ def _foldable(fn, args, kwargs) -> bool:
             and fn.__name__ in _READ_METHODS and not isinstance(receiver, torch.nn.Module):
         return True  # a read of a registry-like container held by a global or an object
     return module in _PURE_MODULES and not any(isinstance(a.value, torch.Tensor) for a in args)
+
+
+def _call_partial(f, fn: Const, args, kwargs) -> V:
+    """``partial(func, *a, **k)(*args, **kw)`` is ``func(*a, *args, **k, **kw)``; the partial's
+    parts are read through its source (guarded like any value), never run at capture."""
+    p, src, wrap = fn.value, fn.source, f.session.wrap
+    if src is None:
+        func, pargs, pkw = Const(p.func), [Const(a) for a in p.args], {k: Const(v) for k, v in p.keywords.items()}
+    else:
+        func = wrap(p.func, src.attr("func", p))
+        pargs = list(wrap(p.args, src.attr("args", p)).items)
+        pkw = dict(wrap(p.keywords, src.attr("keywords", p)).items)
+    return call_function(f, func, [*pargs, *args], {**pkw, **kwargs})
+
+
+def _runs_python(value) -> bool:
+    """A Python function, bound method or object with a Python ``__call__``: calling it runs code."""
+    if isinstance(value, (types.FunctionType, types.MethodType, functools.partial)):
+        return True
+    return any(isinstance(vars(k).get("__call__"), types.FunctionType) for k in type(value).__mro__)
+
+
+def _container_read(fn) -> bool:
+    return isinstance(getattr(fn, "__self__", None), (dict, list, set)) and not isinstance(fn.__self__, torch.nn.Module)
+
+
+def _guard_read(f, fn: Const, args: list, kwargs: dict, out) -> None:
+    """A read of a mutable container held by a global or an object (``registry.get(key)``): the
+    answer is guarded, so a registry changed between calls recompiles instead of answering stale."""
+    g = f.session.guards
+    if kwargs or type(out).__name__.startswith(("dict_", "odict_")):
+        raise Unsupported(f"{_name(fn.value)} with keywords, or returning a live view")
+    # Without a source (``super().get(k)`` in a dict subclass) the bound method itself is kept:
+    # it holds the container, which the function reached through guarded reads.
+    method = fn.source.expr if fn.source is not None else g.ref(fn.value)
+    call = f"{method}({', '.join(g.ref(a) for a in args)})"
+    text = f"{_name(fn.value)}(...) == {out!r:.40}"
+    if type(out) in (int, float, bool, str, bytes, type(None)):
+        g.add(fn.source, f"type({call}) is {g.ref(type(out))} and {call} == {g.ref(out)}", text)
+    else:
+        g.add(fn.source, f"{call} is {g.ref(out)}", text)
 
 
 _READ_METHODS = {"get", "keys", "values", "items", "__contains__", "__getitem__", "index", "count", "copy",
@@ -350,7 +427,7 @@ def construct(f, cls: type, args, kwargs) -> V:
         raise Unsupported(f"creating a module ({cls.__name__}) inside a captured function")
     if cls.__module__ in ("builtins", "torch") or cls.__module__.startswith("torch."):
         if all(isinstance(a, Const) for a in [*args, *kwargs.values()]) and cls in (
-                torch.Size, torch.device, slice, complex, frozenset):
+                torch.Size, torch.device, slice, complex, frozenset, torch.finfo, torch.iinfo):
             return Const(cls(*[a.value for a in args], **{k: v.value for k, v in kwargs.items()}))
         raise Unsupported(f"creating a {cls.__qualname__} inside a captured function")
     if cls.__new__ is not object.__new__ or type(cls).__call__ is not type.__call__:
