@@ -49,6 +49,7 @@ def measure(name: str, variant: str, shape: tuple | None, device: str = "cuda") 
         logger.addHandler(saved)
         logger.propagate = False
     fn = _wrap(variant, model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)  # as models.py's training step
     for step in range(3):  # the last step is measured; the first compiles
         cuda.synchronize()
         cuda.reset_peak_memory_stats()
@@ -60,11 +61,22 @@ def measure(name: str, variant: str, shape: tuple | None, device: str = "cuda") 
         cuda.reset_peak_memory_stats()
         loss.backward()
         cuda.synchronize()
-        backward_peak = cuda.max_memory_allocated()
-        model.zero_grad(set_to_none=True)
+        backward_peak, after_backward = cuda.max_memory_allocated(), cuda.memory_allocated()
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        shared = sum(g.untyped_storage().nbytes() > g.numel() * g.element_size() for g in grads)
+        del grads
+        cuda.reset_peak_memory_stats()
+        opt.step()
+        cuda.synchronize()
+        step_peak = cuda.max_memory_allocated()
+        opt.zero_grad(set_to_none=True)
         del loss
-    print(f"{variant:6} held after forward {(after_forward - start) / GiB:6.2f} GiB, forward peak "
-          f"{(forward_peak - start) / GiB:6.2f}, backward peak {(backward_peak - start) / GiB:6.2f}")
+        print(f"{variant:6} step {step}: {start / GiB:.2f} GiB allocated at its start")  # what outlives a step
+    print(f"{variant:6} at step start {start / GiB:6.2f} GiB; above it: held after forward "
+          f"{(after_forward - start) / GiB:6.2f}, forward peak {(forward_peak - start) / GiB:6.2f}, backward peak "
+          f"{(backward_peak - start) / GiB:6.2f}, after backward {(after_backward - start) / GiB:6.2f}, "
+          f"optimizer step peak {(step_peak - start) / GiB:6.2f}")
+    print(f"{variant:6} gradients that are views of a larger storage: {shared}")
     if saved.lines:
         _summarise(saved.lines)
 
