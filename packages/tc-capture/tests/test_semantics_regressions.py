@@ -196,3 +196,18 @@ def test_environ_reads_are_guarded(monkeypatch):
             monkeypatch.setenv("TC_TEST_SEMANTICS_FLAG", value)
         x = torch.randn(3)
         _same(environ_read(x), compiled(x))
+
+
+# ---- containers made by folded calls are new on every call ---------------------------------------
+def fresh_containers(x):
+    return x + 1, "a-b".split("-"), REGISTRY.copy(), "k=v".partition("=")
+
+
+def test_folded_containers_are_fresh_each_call():
+    compiled = tc_capture.optimize(interpret_backend)(fresh_containers)
+    first = compiled(torch.ones(1))
+    first[1].append("mutated")
+    first[2]["mutated"] = 1
+    second = compiled(torch.ones(1))
+    _same(fresh_containers(torch.ones(1)), second)
+    assert first[1] is not second[1] and first[2] is not second[2]

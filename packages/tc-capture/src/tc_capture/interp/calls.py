@@ -35,6 +35,7 @@ from ..variables import (
     ListV,
     MethodV,
     ObjV,
+    SetV,
     TensorV,
     TupleV,
     V,
@@ -144,7 +145,9 @@ def _call_const(f, fn: Const, args, kwargs) -> V:
             raise Unsupported(f"{_name(value)} raised {type(e).__name__}: {e}") from e
         if _container_read(value):
             _guard_read(f, fn, real_args, kwargs, out)
-        return Const(out)
+            if getattr(value, "__name__", None) in ("get", "__getitem__"):
+                return Const(out)  # an element held by the container: its identity matters
+        return _fresh(out)
     if callable(value) and type(value).__call__ is not None and isinstance(type(value).__dict__.get("__call__"),
                                                                               types.FunctionType):
         return call_function(f, BoundV(Const(type(value).__call__), fn), args, kwargs)
@@ -251,6 +254,21 @@ def _runs_python(value) -> bool:
     if isinstance(value, (types.FunctionType, types.MethodType, functools.partial)):
         return True
     return any(isinstance(vars(k).get("__call__"), types.FunctionType) for k in type(value).__mro__)
+
+
+def _fresh(value) -> V:
+    """A value a folded call made: its mutable containers are tracked like ones built by the
+    user's code (a `Const` list would be one object shared, and mutated, across calls)."""
+    t = type(value)
+    if t is list:
+        return ListV([_fresh(x) for x in value])
+    if t is dict:
+        return DictV({k: _fresh(x) for k, x in value.items()})
+    if t is set:
+        return SetV([Const(x) for x in value])
+    if t is tuple and any(type(x) in (list, dict, set, tuple) for x in value):
+        return TupleV([_fresh(x) for x in value])
+    return Const(value)
 
 
 def _container_read(fn) -> bool:
