@@ -118,7 +118,8 @@ def via_method(op: Any, calls: list) -> list:
     ``torch.testing._internal`` (capture calls torch internals eagerly: the op would never reach
     a graph) and the first argument is a tensor."""
     internal = "torch.testing" in (getattr(op.op, "__module__", "") or "")
-    if not internal or op.method_variant is None or not all(isinstance(c.sample.input, torch.Tensor) for c in calls):
+    name = getattr(op.method_variant, "__name__", "")
+    if not internal or not hasattr(torch.Tensor, name) or not all(isinstance(c.sample.input, torch.Tensor) for c in calls):
         return calls
     return [as_call(op, c.sample, method=True) for c in calls]
 

@@ -189,3 +189,14 @@ def test_scatter_ops_whose_decompositions_write_through_views(backend):
     for _ in range(2):
         fresh = make()
         assert_same(k(*fresh), tc_ir.interpret(build(fn, fresh), fresh))
+
+
+def test_index_add_rejects_a_source_eager_rejects():
+    """torch's index_add decomposition broadcasts a source eager's kernel rejects (OpInfo error input)."""
+    x, i, src = torch.randn(3, 2), torch.tensor([0, 2]), torch.randn(2)
+    g = build(lambda g, x, i, s: g.call(aten.index_add.default, x, 0, i, s), [x, i, src])
+    with pytest.raises(RuntimeError, match="source tensor shape must match"):
+        tc_inductor.compile(g, [x, i, src])(x, i, src)
+    ok = [torch.randn(3, 2), torch.tensor([0, 2]), torch.randn(2, 2)]
+    g = build(lambda g, x, i, s: g.call(aten.index_add.default, x, 0, i, s), ok)
+    assert_same(tc_inductor.compile(g, ok)(*ok), tc_ir.interpret(g, ok))

@@ -34,6 +34,9 @@ EXTERN_PREFERRED = {
     aten._scaled_dot_product_flash_attention_for_cpu_backward.default, aten.mv.default, aten.dot.default, aten.matmul.default,
     aten.cumsum.default, aten.cumprod.default, aten.sort.default, aten.topk.default, aten.nonzero.default,
     aten.addmv.default, aten.linear.default,
+    # torch's decomposition broadcasts a source that eager's kernel rejects (index_add of a (2,)
+    # source into rows of a (3, 2) tensor returned a value): the kernel is also what checks indices
+    aten.index_add.default,
 }
 
 # What the autograd tracer should decompose before tc_inductor sees the graph.
