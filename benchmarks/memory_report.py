@@ -79,6 +79,29 @@ def measure(name: str, variant: str, shape: tuple | None, device: str = "cuda") 
     print(f"{variant:6} gradients that are views of a larger storage: {shared}")
     if saved.lines:
         _summarise(saved.lines)
+    _held_tensors(model, opt)
+
+
+def _held_tensors(model: torch.nn.Module, opt: torch.optim.Optimizer) -> None:
+    """Tensors of over 8 MiB that Python objects still reach after the step (not parameters,
+    their gradients or optimizer state), with what refers to the largest."""
+    import gc
+
+    gc.collect()
+    known = {id(p) for p in model.parameters()} | {id(b) for b in model.buffers()}
+    known |= {id(t) for state in opt.state.values() for t in state.values() if isinstance(t, torch.Tensor)}
+    big = [o for o in gc.get_objects() if isinstance(o, torch.Tensor) and id(o) not in known
+           and o.is_cuda and o.untyped_storage().nbytes() > 8 * 2**20]
+    total = sum({o.untyped_storage().data_ptr(): o.untyped_storage().nbytes() for o in big}.values())
+    print(f"held by Python objects after the step: {len(big)} tensors, {total / GiB:.2f} GiB")
+    for t in sorted(big, key=lambda o: -o.untyped_storage().nbytes())[:2]:
+        print(f"  {tuple(t.shape)} {t.dtype} grad_fn={type(t.grad_fn).__name__ if t.grad_fn else None}")
+        for ref in gc.get_referrers(t)[:4]:
+            text = list(ref.keys())[:6] if isinstance(ref, dict) else str(ref)[:100].replace("\n", " ")
+            print(f"    <- {type(ref).__name__}: {text}")
+            for ref2 in gc.get_referrers(ref)[:3]:
+                text = list(ref2.keys())[:6] if isinstance(ref2, dict) else str(ref2)[:100].replace("\n", " ")
+                print(f"       <- {type(ref2).__name__}: {text}")
 
 
 class _NoCuda:

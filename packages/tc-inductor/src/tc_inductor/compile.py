@@ -97,7 +97,7 @@ def compile(graph: tc_ir.Graph, example_inputs: list, options: dict | Options | 
         # which only the cyclic GC frees: holding the example inputs there kept a backward's
         # examples (zeros the size of every saved activation: 4.5 GiB on BERT-base 32x512)
         # allocated until some later collection.
-        pass
+        lowering.example_inputs = None
         if key and opts.cache and record.get("cacheable"):
             _cache_put(key, record, opts)
     else:
