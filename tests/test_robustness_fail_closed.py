@@ -86,3 +86,30 @@ def test_fullgraph_raises_a_clear_error_for_a_capture_failure(monkeypatch):
     with pytest.raises(tc_capture.CompileError, match="injected failure") as err:
         tc.compile(fn, fullgraph=True)(torch.randn(4, 4), torch.randn(4, 4))
     assert f"{__file__}:{fn.__code__.co_firstlineno}" in str(err.value)
+
+
+class _Sub(torch.Tensor):
+    pass
+
+
+def _quantized():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.quantize_per_tensor(torch.randn(4), 0.1, 10, torch.quint8)
+
+
+@pytest.mark.parametrize("make, fn", [
+    (lambda: torch.randn(4).as_subclass(_Sub), lambda x: x.sin() + 1),
+    (lambda: torch.randn(3, 3).relu().to_sparse(), lambda x: (x * 2).to_dense()),
+    (_quantized, lambda x: x.dequantize() * 2),
+], ids=["subclass", "sparse_coo", "quantized"])
+def test_unusual_inputs_through_the_inductor_match_eager(make, fn):
+    compiled = tc.compile(fn)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            x = make()
+            out, expect = compiled(x), fn(x)
+            assert type(out) is type(expect)
+            torch.testing.assert_close(out, expect)
+    assert len([w for w in caught if str(w.message).startswith("tc:")]) <= 1

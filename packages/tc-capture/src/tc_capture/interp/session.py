@@ -205,6 +205,10 @@ class Session:
         return ListV(items, source)
 
     def _tensor_input(self, value: torch.Tensor, source: S.Source) -> TensorV:
+        if type(value) not in (torch.Tensor, torch.nn.Parameter):
+            # A subclass's operations are its own (``__torch_function__``/``__torch_dispatch__``: types of
+            # results, other kernels): graphs of torch ops would drop them.
+            raise Unsupported(f"a {type(value).__qualname__} input (a torch.Tensor subclass)")
         self.guards.tensor(source, value)
         fake = self.fake_mode.from_tensor(value, static_shapes=True)
         node = self.graph.input(source.name, tc_ir.TensorSpec.from_tensor(value))
