@@ -90,3 +90,18 @@ def test_a_compiled_function_still_works_after_reset():
     tc.reset()
     x = torch.randn(5)
     torch.testing.assert_close(compiled(x), f(x))
+
+
+def test_a_users_back_end_and_what_it_holds_go_with_the_compiled_function():
+    held = torch.randn(5)
+
+    def backend(gm, example_inputs, _held=held):
+        return gm.forward
+
+    ref = weakref.ref(held)
+    compiled = tc.compile(lambda x: x.sin() + 1, backend=backend)
+    x = torch.randn(5)
+    torch.testing.assert_close(compiled(x), x.sin() + 1)
+    del held, backend, compiled
+    gc.collect()
+    assert ref() is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -56,17 +57,20 @@ def compile(
     return compiled
 
 
-_BACKENDS: dict[tuple, Callable] = {}
+# Weak values: a configuration's back-end object lives while a compiled frame's cache uses it, so a
+# user's back end (and what it holds) goes with the last compiled function or module using it.
+_BACKENDS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
 def _capture_backend(backend: str | Callable, mode: str | None, options: dict[str, Any] | None) -> Callable:
     """One back-end object per configuration, so capture shares compiled frames between every
     ``tc.compile`` of the same code with the same settings (regional compilation)."""
     key = (backend, mode, repr(sorted((options or {}).items())))
-    if key not in _BACKENDS:
+    found = _BACKENDS.get(key)
+    if found is None:
         name = backend if isinstance(backend, str) else getattr(backend, "__name__", "custom")
-        _BACKENDS[key] = with_fallback(lookup(backend), name, Options.from_user(mode, options))
-    return _BACKENDS[key]
+        found = _BACKENDS[key] = with_fallback(lookup(backend), name, Options.from_user(mode, options))
+    return found
 
 
 def _recompiled(module: torch.nn.Module, settings: dict[str, Any]) -> torch.nn.Module:
