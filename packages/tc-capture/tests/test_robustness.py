@@ -301,3 +301,49 @@ def test_a_module_whose_forward_is_not_python_runs_eagerly_with_one_warning():
     for out, (x,) in zip(outs, calls):
         torch.testing.assert_close(out, m(x))
     assert len(caught) == 1 and caught[0].filename == __file__, [str(w.message) for w in caught]
+
+
+def _module_state_changes():
+    def requires_grad_off(m):
+        m.lin.weight.requires_grad_(False)
+
+    def data_swap(m):
+        m.lin.weight.data = torch.randn(3, 4).t()  # same shape, other strides
+
+    def to_double(m):
+        m.to(torch.float64)
+
+    def shadowed_flag(m):
+        m.scale = 3.0
+
+    def replaced_child(m):
+        m.lin = torch.nn.Linear(3, 4, bias=False)
+
+    return [requires_grad_off, data_swap, to_double, shadowed_flag, replaced_child]
+
+
+class _Small(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 4)
+        self.scale = 2.0
+
+    def forward(self, x):
+        return self.lin(x).relu() * self.scale
+
+
+@pytest.mark.parametrize("change", _module_state_changes(), ids=lambda f: f.__name__)
+def test_module_state_changes_are_seen_without_any_patch(change):
+    """What the removed nn.Module patch could not see (one parameter's requires_grad_, ``p.data =``)
+    and what it did (``.to()``, attribute writes, replaced children) are all guarded now."""
+    m = _Small()
+    compiled = tc_capture.optimize(interpret_backend)(m)
+    x = torch.randn(2, 3)
+    torch.testing.assert_close(compiled(x), m(x))
+    change(m)
+    for _ in range(2):
+        x = torch.randn(2, 3, dtype=m.lin.weight.dtype)
+        out, expect = compiled(x), m(x)
+        torch.testing.assert_close(out, expect)
+        assert out.requires_grad == expect.requires_grad
+    assert len(compiled._cache.entries[0]) == 2  # the change failed a guard: one recompile
