@@ -50,6 +50,35 @@ class Vec(typing.NamedTuple):
         return (self.t * self.t).sum() + self.n
 
 
+class Proto(typing.NamedTuple):
+    """A NamedTuple overriding the container protocol: each dunder must be the one called."""
+
+    t: torch.Tensor
+    n: int
+
+    def __len__(self):
+        return 7
+
+    def __getitem__(self, i):
+        return self.n * 100 + i
+
+    def __iter__(self):
+        yield self.n
+        yield self.n + 1
+
+    def __eq__(self, other):
+        return isinstance(other, Proto) and self.n == other.n
+
+    def __ne__(self, other):
+        return not self == other
+
+    def __contains__(self, item):
+        return item == "magic"
+
+    def __bool__(self):
+        return False
+
+
 @dataclasses.dataclass
 class DC:
     t: torch.Tensor
@@ -172,6 +201,8 @@ SNIPPETS = {
     "math_copy": ["out.append((math.prod([2, {i}]), math.isclose(0.1 + 0.2, 0.3), math.sqrt(4)))",
                   "cl{i} = [1, [2]]", "cc{i} = copy.copy(cl{i})", "cc{i}[1].append({i})", "out.append(cl{i})",
                   "out.append(bisect.bisect_left([1, 3, 5], {i}))"],
+    "namedtuple_protocol": ["np{i} = Proto(x, {i})", "out.append((len(np{i}), np{i}[1], list(np{i}), 'magic' in np{i}))",
+                            "out.append((np{i} == Proto(y, {i}), np{i} == Proto(x, 0), 1 if np{i} else 0))"],
     "python_fn_args": ["c0{i} = len(CALLS)", "out.append(functools.reduce(counted_add, [1, 2, {i}]))",
                        "out.append(list(itertools.starmap(counted_add, [(1, {i})])))",
                        "out.append(sorted([3, 1], key=functools.partial(counted_add, {i})))",
@@ -244,7 +275,8 @@ class Tagged(metaclass=Registry):
 
 BREAK = 'print(end="")'
 GLOBALS = {"torch": torch, "collections": collections, "functools": functools, "itertools": itertools,
-           "Pt": Pt, "Vec": Vec, "DC": DC, "Color": Color, "cached_square": cached_square, "wrapped_add": wrapped_add,
+           "Pt": Pt, "Vec": Vec, "DC": DC, "Proto": Proto, "Color": Color, "cached_square": cached_square,
+           "wrapped_add": wrapped_add,
            "WithCached": WithCached, "Frozen": Frozen, "Tagged": Tagged, "Registry": Registry, "operator": operator,
            "dataclasses": dataclasses, "types": types, "math": math, "copy": copy, "bisect": bisect,
            "CALLS": CALLS, "counted_add": counted_add}
@@ -319,6 +351,27 @@ def check_program(seed: int, fullgraph: bool = False) -> None:
         got = compiled(*mine)
         same(expected, got, f"seed {seed} call {call}: result")
         same(args[2:], mine[2:], f"seed {seed} call {call}: mutated args (d, lst, ev)")
+        scribble(expected)  # the next call must not see these objects (values baked at capture)
+        scribble(got)
+
+
+def scribble(obj, depth=0) -> None:
+    """Mutate every list, dict and set in a result, the same way for eager's and tc's."""
+    if depth > 4:
+        return
+    if type(obj) is list:
+        for x in obj:
+            scribble(x, depth + 1)
+        obj.append("scribbled")
+    elif type(obj) is dict:
+        for x in list(obj.values()):
+            scribble(x, depth + 1)
+        obj["scribbled"] = True
+    elif type(obj) is set:
+        obj.add("scribbled")
+    elif type(obj) is tuple:
+        for x in obj:
+            scribble(x, depth + 1)
 
 
 N_PROGRAMS = int(os.environ.get("TC_PYSEM_PROGRAMS", "40"))
@@ -330,7 +383,8 @@ def test_generated_program_matches_eager(seed, capsys):
 
 
 # Snippets that must capture whole (no break) under fullgraph=True, each alone.
-FULLGRAPH = ["dict_views_live", "arg_dict_view", "map_lazy", "filter_lazy", "zip_lazy", "zip_of_map", "enumerate",
+FULLGRAPH = ["namedtuple_protocol",
+             "dict_views_live", "arg_dict_view", "map_lazy", "filter_lazy", "zip_lazy", "zip_of_map", "enumerate",
              "namedtuple", "namedtuple_dunder", "frozenset", "set_ops", "dataclass", "range_iter", "list_iter",
              "sorted_key", "any_all", "hasattr_isinstance", "dict_methods", "arg_dict_items", "arg_list",
              "tensor_work", "unpack_star", "fstring", "closure"]

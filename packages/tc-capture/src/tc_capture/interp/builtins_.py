@@ -31,6 +31,10 @@ def _consts(args) -> list:
 @builtin(len)
 def length(f, args, kwargs=None) -> V:
     (v,) = args
+    from .pyops import call_own, own_method
+
+    if own_method(v, "__len__") is not None:
+        return call_own(f, own_method(v, "__len__"), v)
     if isinstance(v, (ListV, TupleV, SetV, DictV)):
         return Const(len(v.items))
     if isinstance(v, ViewV):

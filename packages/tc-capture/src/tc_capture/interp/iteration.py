@@ -22,6 +22,8 @@ _VIEW_ITER_TYPES = {"keys": type(iter({})), "values": type(iter({}.values())), "
 def iterate(f, v: V) -> IterV | LazyV:
     if isinstance(v, (IterV, LazyV)):
         return v
+    if isinstance(v, TupleV) and v.cls is not tuple and isinstance(getattr(v.cls, "__iter__", None), types.FunctionType):
+        return _object_items(f, v, v.cls)  # a tuple subclass's own __iter__
     if isinstance(v, (ListV, TupleV)):
         return IterV(v.items, cls=_ITER_TYPES[type(v)])
     if isinstance(v, SetV):

@@ -9,7 +9,7 @@ import torch
 from ..variables import Const, DataDictV, DictV, ListV, SetV, TensorV, TupleV, V
 from . import tensor_keys
 from .frame import handler
-from .pyops import BINARY, UNARY, binary, compare, contains, fold, identity, items_of, realize_const, unary
+from .pyops import BINARY, UNARY, binary, call_own, compare, contains, fold, identity, items_of, own_method, realize_const, unary
 from .record import record
 from .session import Unsupported
 
@@ -142,6 +142,9 @@ def getitem(f, obj: V, key: V) -> V:
         return tensor_keys.getitem(f, obj, key)
     if isinstance(key, TensorV):
         raise Unsupported("indexing a Python container with a tensor")
+    own = own_method(obj, "__getitem__")
+    if own is not None:
+        return call_own(f, own, obj, key)
     k = realize_const(key)
     if isinstance(obj, (ListV, TupleV)):
         if isinstance(k, slice):

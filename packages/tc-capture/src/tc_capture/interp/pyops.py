@@ -53,6 +53,23 @@ _DUNDERS = {operator.add: "__add__", operator.sub: "__sub__", operator.mul: "__m
             operator.isub: "__isub__", operator.imul: "__imul__", operator.ior: "__ior__", operator.iand: "__iand__"}
 
 
+def own_method(v: V, name: str):
+    """The Python function ``v``'s class defines for dunder ``name`` when ``v`` is a tuple
+    subclass (a ``NamedTuple`` with its own ``__len__``, ``__eq__``, ``__iter__``...), else None."""
+    import types
+
+    if not (isinstance(v, TupleV) and v.cls is not tuple):
+        return None
+    method = getattr(v.cls, name, None)
+    return method if isinstance(method, types.FunctionType) else None
+
+
+def call_own(f, method, *args: V) -> V:
+    from .calls import call_function
+
+    return call_function(f, Const(method), list(args), {})
+
+
 def _own_dunder(a: V, fn):
     """A Python-level operator method of a tuple subclass (a ``NamedTuple`` with its own
     ``__add__``): called like any method instead of the tuple algebra. The in-place forms fall
@@ -110,8 +127,16 @@ def _set_op(f, fn, a: V, b: V) -> V:
     return SetV(items)
 
 
+_COMPARE_DUNDERS = {"<": "__lt__", "<=": "__le__", "==": "__eq__", "!=": "__ne__", ">": "__gt__", ">=": "__ge__"}
+
+
 def compare(f, op: str, a: V, b: V) -> V:
     fn = COMPARE[op]
+    own = own_method(a, _COMPARE_DUNDERS[op])
+    if own is not None:
+        return call_own(f, own, a, b)
+    if own_method(b, _COMPARE_DUNDERS[op]) is not None or op == "!=" and own_method(a, "__eq__") is not None:
+        raise Unsupported(f"`{op}` with a tuple subclass that defines its own comparison")
     if isinstance(a, TensorV) or isinstance(b, TensorV):
         return record(f.session, fn, (a, b), {})
     if isinstance(a, Const) and isinstance(b, Const):
@@ -148,6 +173,11 @@ def identity(a: V, b: V) -> bool:
 
 
 def contains(f, item: V, container: V) -> bool:
+    own = own_method(container, "__contains__")
+    if own is not None:
+        from .truth import truth
+
+        return truth(f, call_own(f, own, container, item))
     if isinstance(container, DictV):
         return realize_const(item) in container.items
     if isinstance(container, ViewV):

@@ -197,9 +197,16 @@ class Session:
         return Const(value, source)
 
     def _sequence(self, value, source: S.Source, kind):
-        self.guards.type_is(source, value)
-        self.guards.length(source, value)
-        items = [self.wrap(v, source.item(i, value)) for i, v in enumerate(value)]
+        g, base = self.guards, tuple if kind is TupleV else list
+        g.type_is(source, value)
+        if all(getattr(type(value), n) is getattr(base, n) for n in ("__getitem__", "__len__", "__iter__")):
+            g.length(source, value)
+            items = [self.wrap(v, source.item(i, value)) for i, v in enumerate(value)]
+        else:  # a subclass with its own protocol (a NamedTuple's __getitem__): read the fields as stored
+            n = base.__len__(value)
+            g.add(source, f"{base.__name__}.__len__({source.expr}) == {n}", f"{g.readable(source)} holds {n} items")
+            items = [self.wrap(base.__getitem__(value, i), S.Source(f"{base.__name__}.__getitem__({source.expr}, {i})",
+                                                                    f"{source.name}_{i}")) for i in range(n)]
         if kind is TupleV:
             return TupleV(items, source, type(value))
         return ListV(items, source)

@@ -9,6 +9,12 @@ from .session import Unsupported
 def truth(f, v: V) -> bool:
     if isinstance(v, TensorV):
         raise Unsupported("Python control flow on a tensor value (`if tensor:`, `while tensor:`) depends on data")
+    if isinstance(v, TupleV) and v.cls is not tuple:
+        from .pyops import call_own, own_method
+
+        for name in ("__bool__", "__len__"):
+            if own_method(v, name) is not None:
+                return truth(f, call_own(f, own_method(v, name), v))
     if isinstance(v, (ListV, TupleV, SetV)):
         return bool(v.items)
     if isinstance(v, DictV):
