@@ -199,13 +199,14 @@ def test_double_backward_message_is_clear():
 
 
 def test_unsupported_in_place_metadata_op_is_named():
+    """``t_`` and friends are supported (test_metadata_inplace.py); ``resize_`` is not."""
     def f(x):
         y = x * 2
-        y.t_()
+        y.resize_(3, 2)
         return y
 
     x = torch.randn(2, 3)
-    with pytest.raises((NotImplementedError, RuntimeError), match="in-place metadata op aten.t_"):
+    with pytest.raises((NotImplementedError, RuntimeError), match="in-place metadata op aten.resize_"):
         compile_fn(f, x)
 
 

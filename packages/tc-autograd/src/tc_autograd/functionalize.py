@@ -33,6 +33,12 @@ class Storage:
     input_index: int | None = None
     version: int = 0
     root: Any = None  # the fake tensor that owns the whole block (its layout is the value's)
+    layout: tuple | None = None  # the root's (shape, stride, storage offset) when the block was made
+
+    def root_unchanged(self) -> bool:
+        """Does the root still have the layout the block was made with (no ``t_``/``as_strided_``)?"""
+        r = self.root
+        return isinstance(r, torch.Tensor) and self.layout == (tuple(r.shape), r.stride(), r.storage_offset())
 
 
 @attrs.frozen
@@ -71,9 +77,12 @@ FUNCTIONAL_OVERRIDES = {
     aten.copy_.default: aten.copy.default,
     aten.normal_.default: aten.normal_functional.default,
 }
-# In-place ops that change metadata (not values); functionalizing them needs a view-chain rewrite.
-METADATA_MUTATIONS = {"resize_", "resize_as_", "set_", "as_strided_", "t_", "transpose_",
-                      "squeeze_", "unsqueeze_", "swapdims_", "swapaxes_", "detach_"}
+# In-place ops that change metadata, not values, in ways the alias model cannot express.
+METADATA_MUTATIONS = {"resize_", "resize_as_", "set_"}
+# In-place ops that change only metadata: the tensor becomes a view of its old self (see
+# ``metadata_view``). ``swapdims_``/``swapaxes_`` are composite (they dispatch ``transpose_``).
+METADATA_VIEWS = {"as_strided_", "t_", "transpose_", "squeeze_", "unsqueeze_", "swapdims_",
+                  "swapaxes_", "detach_"}
 
 
 @functools.cache
@@ -84,6 +93,24 @@ def functional_variant(op: Any) -> Any:
     name = op._schema.name.split("::")[1]
     if name in METADATA_MUTATIONS:
         raise NotImplementedError(f"tc_autograd: in-place metadata op aten.{name} is not supported")
+    return _twin(op, name)
+
+
+@functools.cache
+def metadata_view(op: Any) -> Any | None:
+    """The view op a metadata-only in-place op amounts to (``t_ -> t``, ``squeeze_.dim ->
+    squeeze.dim``, ``as_strided_ -> as_strided``), or None for any other op."""
+    name = op._schema.name.split("::")[1]
+    if name not in METADATA_VIEWS:
+        return None
+    if name in ("swapdims_", "swapaxes_"):
+        return aten.transpose.int
+    return _twin(op, name)
+
+
+def _twin(op: Any, name: str) -> Any:
+    """The overload of ``name`` without its trailing ``_`` taking the same argument types and
+    writing nothing."""
     packet = getattr(aten, name.rstrip("_"), None)
     want = _arg_types(op)
     candidates = [op._overloadname] + [o for o in (packet.overloads() if packet else []) if o != op._overloadname]
@@ -255,7 +282,31 @@ class AliasTable:
         return self.aliases[id(t)]
 
     def fresh(self, t: torch.Tensor, node: tc_ir.Node, input_index: int | None = None) -> None:
-        self._set(t, Alias(Storage(node, input_index, root=t), (), node, 0))
+        layout = (tuple(t.shape), t.stride(), t.storage_offset())
+        self._set(t, Alias(Storage(node, input_index, root=t, layout=layout), (), node, 0))
+
+    def rebind(self, t: torch.Tensor, step: View, node: tc_ir.Node) -> None:
+        """``t``'s metadata changed in place (``t.t_()``): it is now ``step`` of its old self."""
+        a = self.alias(t)
+        self.read(t)
+        self._set(t, Alias(a.storage, a.chain + (step,), node, a.storage.version))
+
+    def restride(self, t: torch.Tensor, spec: Any) -> None:
+        """``t.as_strided_(...)`` ran: ``t`` is now ``as_strided`` of its whole block of memory.
+
+        Its new size, strides and offset (read off the fake, so ``storage_offset=None`` means
+        what eager makes of it) count from the start of the block, so the block's current value
+        must be laid out as its root was made: a fresh result, never an input (whose real
+        layout is the caller's)."""
+        s = self.alias(t).storage
+        shape, stride, offset = s.layout or ((), (), -1)
+        spec_ok = isinstance(s.value.spec, tc_ir.TensorSpec) and (s.value.spec.shape, s.value.spec.stride) == (shape, stride)
+        if s.input_index is not None or offset != 0 or not spec_ok:
+            raise NotImplementedError("tc_autograd: as_strided_ of an input, or of a block of memory "
+                                      "whose current value is laid out differently from its owner")
+        args = (s.root, list(t.shape), list(t.stride()), t.storage_offset())
+        node = self.emit(aten.as_strided.default, s.value, *args[1:], spec=spec)
+        self._set(t, Alias(s, (View(aten.as_strided.default, args, {}, None, spec),), node, s.version))
 
     def view(self, t: torch.Tensor, base: torch.Tensor, step: View, node: tc_ir.Node) -> None:
         parent = self.alias(base)

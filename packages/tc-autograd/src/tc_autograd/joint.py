@@ -150,7 +150,8 @@ def _shared_storages(outs: Any, rec: Recorder) -> set[int]:
 def _same_layout(storage: Any) -> bool:
     spec = storage.value.spec
     root = storage.root
-    return isinstance(spec, tc_ir.TensorSpec) and spec.stride == tuple(root.stride()) and spec.shape == tuple(root.shape)
+    return (isinstance(spec, tc_ir.TensorSpec) and storage.root_unchanged()
+            and spec.stride == tuple(root.stride()) and spec.shape == tuple(root.shape))
 
 
 def trace(graph: tc_ir.Graph, inputs: Sequence[Any], decompositions: dict | None, training: bool) -> Traced:

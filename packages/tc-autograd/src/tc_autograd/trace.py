@@ -20,7 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 import tc_ir
 
-from .functionalize import AliasTable, View, functional_variant, is_view_op, mutated_args
+from .functionalize import AliasTable, View, functional_variant, is_view_op, metadata_view, mutated_args
 
 aten = torch.ops.aten
 
@@ -144,7 +144,9 @@ class Recorder(TorchDispatchMode):
 
 def record_op(rec: Recorder, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
     written = mutated_args(func)
-    if written:
+    if metadata_view(func) is not None:
+        _record_metadata_inplace(rec, func, args, kwargs)
+    elif written:
         _record_inplace(rec, func, args, kwargs, out, written)
     elif is_view_op(func) and _really_aliases(out, args[0]):
         if out is not args[0]:  # ``x.to(x.dtype)`` returns x itself: nothing new to record
@@ -181,6 +183,32 @@ def _record_inplace(rec: Recorder, func: Any, args: tuple, kwargs: dict, out: An
     rec.table.write(target, node)
     if out is not target and isinstance(out, torch.Tensor) and out not in rec.table:
         rec.table.fresh(out, node)
+
+
+def _record_metadata_inplace(rec: Recorder, func: Any, args: tuple, kwargs: dict) -> None:
+    """``t.t_()``, ``t.squeeze_(0)``, ``t.as_strided_(...)`` change what ``t`` looks at, not any
+    value: ``t`` is rebound to the view op applied to its old self (the op already ran on the
+    fake, whose metadata is now eager's). An input's own metadata is the caller's tensor's, which
+    a compiled graph does not change: refused."""
+    t = args[0]
+    if t not in rec.table:
+        raise NotImplementedError(f"tc_autograd: {func} on a tensor held by the graph")
+    alias = rec.table.alias(t)
+    if alias.storage.input_index is not None and not alias.chain:
+        raise NotImplementedError(f"tc_autograd: {func} changes the metadata of input {alias.storage.input_index} "
+                                  "(the caller's tensor)")
+    if t.requires_grad and t._is_view() and torch.is_grad_enabled():
+        # Autograd regenerates a view written in place by replaying its view ops on fakes
+        # (tensor subclasses cannot use as_strided), and that replay misses the metadata change:
+        # a later write would give the fake a wrong backward (eager uses as_strided, and is right).
+        raise NotImplementedError(f"tc_autograd: {func} on a view that requires grad")
+    spec = clean_spec(t)
+    if func.overloadpacket is aten.as_strided_:
+        rec.table.restride(t, spec)
+        return
+    view = metadata_view(func)
+    node = rec.emit(view, rec.table.read(t), *args[1:], spec=spec, **kwargs)
+    rec.table.rebind(t, View(view, (t, *args[1:]), kwargs, None, spec), node)
 
 
 def _one_at_a_time(rec: Recorder, args: tuple) -> list[tuple]:
