@@ -149,3 +149,39 @@ def test_metadata_op_on_view_requiring_grad_is_refused():
     with pytest.raises(NotImplementedError, match="on a view that requires grad"):
         tc_autograd.aot(trace(f, [x.detach().clone().requires_grad_()]), [x])
     _check(f, [(3, 4)], grad=False)  # without grad it compiles
+
+
+def _hand_built(fn, specs):
+    g = tc_ir.Graph()
+    nodes = [g.input(f"a{k}", spec) for k, spec in enumerate(specs)]
+    g.output(g.call(fn, *nodes))
+    return g
+
+
+@pytest.mark.parametrize("case", ["tensor_split", "nonzero", "item", "repeat_interleave"])
+def test_data_dependent_ops_are_refused_cleanly(case):
+    """Ops needing tensor values (which fakes lack) raise ``DataDependentError``, a
+    ``NotImplementedError`` naming the node, whatever way the fake tensor failed."""
+    i64 = tc_ir.TensorSpec((2,), torch.int64)
+    x, idx = torch.randn(4, 6), torch.tensor([1, 3])
+    graph, inputs = {
+        "tensor_split": (_hand_built(lambda a, b: torch.tensor_split(a, b, 1), [tc_ir.TensorSpec((4, 6)), i64]), [x, idx]),
+        "nonzero": (_hand_built(torch.nonzero, [tc_ir.TensorSpec((4, 6))]), [x]),
+        "item": (_hand_built(lambda a: a * a.sum().item(), [tc_ir.TensorSpec((4, 6))]), [x]),
+        "repeat_interleave": (_hand_built(torch.repeat_interleave, [i64]), [idx]),
+    }[case]
+    with pytest.raises(tc_autograd.DataDependentError, match="data-dependent operation in node"):
+        tc_autograd.aot(graph, inputs)
+
+
+def test_data_dependent_backward_is_refused_cleanly():
+    """``index_fill``'s backward for a tensor value calls ``_unique`` on the indices (fakes: no values)."""
+    def f(x, i, v):
+        return x.index_fill(1, i, v)
+    args = [torch.randn(3, 4, requires_grad=True), torch.tensor([0, 2]), torch.tensor(1.5, requires_grad=True)]
+    with pytest.raises(tc_autograd.DataDependentError, match="data-dependent operation in the backward: aten._unique"):
+        tc_autograd.aot(trace(f, args), args)
+    with torch.no_grad():  # inference has no backward: it compiles
+        compiled = tc_autograd.aot(trace(f, args), args)
+        fresh = [torch.randn(3, 4), torch.tensor([3, 1]), torch.tensor(-2.0)]
+        torch.testing.assert_close(compiled(*fresh), f(*fresh))

@@ -9,7 +9,9 @@ from .api import AOTFunction, aot, interpret_compiler
 from .joint import Traced, trace
 from .partition import Partition, partition
 from .passes import clean
+from .trace import DataDependentError
 
 __version__ = "0.1.0"
 
-__all__ = ["aot", "AOTFunction", "interpret_compiler", "trace", "Traced", "partition", "Partition", "clean"]
+__all__ = ["aot", "AOTFunction", "interpret_compiler", "trace", "Traced", "partition", "Partition", "clean",
+           "DataDependentError"]

@@ -22,7 +22,7 @@ import tc_ir
 from .attention import bind_attention
 from .cond import bind_higher_order
 from .functionalize import storage_groups
-from .trace import Recorder, clean_spec, has_tensor, interpret_unwrapped
+from .trace import Recorder, clean_spec, has_tensor, interpret_unwrapped, refusing_data_dependence
 
 
 @attrs.frozen
@@ -222,7 +222,7 @@ def _trace_backward(mode: FakeTensorMode, rec: Recorder, fw_fakes: list[torch.Te
         node.meta["role"] = "tangent"
         rec.table.fresh(tangent, node)
         tangents.append(tangent)
-    with mode, rec, torch.enable_grad():
+    with mode, rec, torch.enable_grad(), refusing_data_dependence("the backward"):
         grads = torch.autograd.grad(outs, wrt, tangents, allow_unused=True)
     return [None if g is None else rec.node_of(g) for g in grads]
 

@@ -34,15 +34,62 @@ def clean_spec(value: Any) -> Any:
     return tc_ir.spec_of(value)
 
 
+class DataDependentError(NotImplementedError):
+    """An op's result (or output shape) depends on tensor values, which fake tensors do not
+    have: ``nonzero``, ``.item()``, ``tensor_split(x, tensor_of_indices)``. A clean refusal
+    (a ``NotImplementedError``, so callers fall back to eager), the fake-tensor error its cause."""
+
+
+# Fake-tensor errors meaning "this needs the tensor's values"; the last is what a C++ kernel
+# (a CompositeImplicit op like ``tensor_split.tensor_indices_or_sections``) raises reading them.
+_DATA_DEPENDENT = ("DynamicOutputShapeException", "DataDependentOutputException")
+_DATA_READ = "data is not allocated yet"
+
+
+def data_dependent(e: BaseException) -> BaseException | None:
+    """The fake-tensor error in ``e``'s cause chain saying an op needed tensor values, if any."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if type(e).__name__ in _DATA_DEPENDENT or (isinstance(e, RuntimeError) and _DATA_READ in str(e)):
+            return e
+        e = e.__cause__ or e.__context__
+    return None
+
+
+@contextlib.contextmanager
+def refusing_data_dependence(where: str) -> Iterator[None]:
+    """Turn a data-dependent failure while tracing into :class:`DataDependentError`."""
+    try:
+        yield
+    except NotImplementedError:
+        raise
+    except Exception as e:
+        found = data_dependent(e)
+        if found is None:
+            raise
+        raise _refusal(found, where) from e
+
+
+def _refusal(found: BaseException, where: str) -> DataDependentError:
+    what = getattr(found, "func", None) or "an op read a tensor's values"
+    return DataDependentError(f"tc_autograd: data-dependent operation in {where}: {what} "
+                              "(its result depends on tensor values)")
+
+
 def interpret_unwrapped(graph: tc_ir.Graph, inputs: Sequence[Any]) -> Any:
     """``tc_ir.interpret``, but a ``NotImplementedError`` (something tc_autograd cannot do yet)
-    surfaces as itself, with the failing node in a note, so callers can fall back to eager."""
+    surfaces as itself, with the failing node in a note, so callers can fall back to eager; a
+    data-dependent op surfaces as :class:`DataDependentError` naming the node."""
     try:
         return tc_ir.interpret(graph, inputs)
     except tc_ir.InterpretError as e:
         cause = e
         while isinstance(cause, tc_ir.InterpretError) and cause.__cause__ is not None:
             cause = cause.__cause__
+        found = data_dependent(cause)
+        if found is not None and not isinstance(cause, NotImplementedError):
+            raise _refusal(found, str(e).split(" failed: ")[0]) from e
         if not isinstance(cause, NotImplementedError):
             raise
         cause.add_note(str(e).split(" failed: ")[0])
