@@ -324,7 +324,7 @@ class GraphLowering:
             if padded is not None:  # the GEMM writes an aligned C, through the out= overload
                 outputs = outputs.restrided(outputs.shape, padded, 0)
                 out_variant = padding.MATMUL_OUT[target]
-        self.steps.append(ExternCall(name, target, args, kwargs, outputs, mutates, reason, out_variant))
+        self.steps.append(ExternCall(name, target, args, kwargs, outputs, mutates, reason, out_variant=out_variant))
         self.extern_reasons[tc_ir.target_name(target) if _nameable(target) else str(target)] = reason
         log.debug("extern %s: %s", target, reason)
         return outputs if outputs is not None else RuntimeValue(name)
