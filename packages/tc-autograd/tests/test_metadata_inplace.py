@@ -185,3 +185,30 @@ def test_data_dependent_backward_is_refused_cleanly():
         compiled = tc_autograd.aot(trace(f, args), args)
         fresh = [torch.randn(3, 4), torch.tensor([3, 1]), torch.tensor(-2.0)]
         torch.testing.assert_close(compiled(*fresh), f(*fresh))
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_op_writing_several_arguments(grad):
+    """``_batch_norm_with_update`` writes its running stats (``Tensor(a!)`` args, not self): its
+    ``_functional`` twin is recorded and both stats are copied back into the inputs."""
+    def f(x, w, b, rm, rv):
+        y, mean, invstd, reserve = torch.ops.aten._batch_norm_with_update(x, w, b, rm, rv, 0.1, 1e-5)
+        return y * 2, mean, invstd, reserve
+    _check(f, [(4, 3, 5), (3,), (3,), lambda g: torch.randn(3, generator=g),
+               lambda g: torch.rand(3, generator=g) + 0.5], grad=grad)
+
+
+def test_op_writing_a_non_self_argument_through_a_view():
+    """``rrelu_with_noise`` writes ``noise`` (here a column of a bigger input): random, so the
+    check is what eager guarantees: y = x * noise where x < 0, noise in [lower, upper], 1 elsewhere."""
+    def f(x, buf):
+        return torch.ops.aten.rrelu_with_noise(x, buf[:, 1], 0.1, 0.3, training=True) + 0
+    x, buf = torch.randn(64), torch.zeros(64, 3)
+    compiled = tc_autograd.aot(trace(f, [x, buf.clone()]), [x, buf.clone()])
+    x, buf = torch.randn(64), torch.full((64, 3), 7.0)
+    y = compiled(x, buf)
+    noise = buf[:, 1]
+    assert torch.all(buf[:, [0, 2]] == 7.0)
+    neg = x < 0
+    assert torch.all((noise[neg] >= 0.1) & (noise[neg] <= 0.3)) and torch.all(noise[~neg] == 1)
+    torch.testing.assert_close(y, x * noise)

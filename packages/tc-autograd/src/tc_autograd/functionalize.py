@@ -108,6 +108,33 @@ def metadata_view(op: Any) -> Any | None:
     return _twin(op, name)
 
 
+@functools.cache
+def functional_with_writes(op: Any) -> tuple[Any, list[tuple[int, int]]]:
+    """For an op writing arguments besides (or other than) ``self``: its ``<name>_functional``
+    twin (torch's convention: the same arguments, unwritten; the op's returns, then the new value
+    of each written argument the op does not return) and, for each written argument, its
+    position and the index of the twin's result holding its new value."""
+    name = op._schema.name.split("::")[1]
+    packet = getattr(aten, name.rstrip("_") + "_functional", None)
+    want = _arg_types(op)
+    twin = next((getattr(packet, o) for o in (packet.overloads() if packet else [])
+                 if _arg_types(getattr(packet, o)) == want and not mutated_args(getattr(packet, o))), None)
+    if twin is None:
+        raise NotImplementedError(f"tc_autograd: {op} writes to arguments other than self and has no functional twin")
+    args = op._schema.arguments
+    returned = {}
+    for i, r in enumerate(op._schema.returns):
+        if r.alias_info is not None and r.alias_info.is_write:
+            k = next(k for k in mutated_args(op) if args[k].alias_info.before_set == r.alias_info.before_set)
+            returned[k] = i
+    extra = [k for k in mutated_args(op) if k not in returned]
+    places = sorted([(k, returned[k]) for k in returned]
+                    + [(k, len(op._schema.returns) + j) for j, k in enumerate(extra)])
+    if len(twin._schema.returns) != len(op._schema.returns) + len(extra):
+        raise NotImplementedError(f"tc_autograd: {twin} does not return the new values of what {op} writes")
+    return twin, places
+
+
 def _twin(op: Any, name: str) -> Any:
     """The overload of ``name`` without its trailing ``_`` taking the same argument types and
     writing nothing."""

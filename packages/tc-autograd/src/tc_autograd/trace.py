@@ -20,7 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 import tc_ir
 
-from .functionalize import AliasTable, View, functional_variant, is_view_op, metadata_view, mutated_args
+from .functionalize import AliasTable, View, functional_variant, functional_with_writes, is_view_op, metadata_view, mutated_args
 
 aten = torch.ops.aten
 
@@ -215,7 +215,8 @@ def _really_aliases(out: Any, base: Any) -> bool:
 
 def _record_inplace(rec: Recorder, func: Any, args: tuple, kwargs: dict, out: Any, written: list[int]) -> None:
     if written != [0]:
-        raise NotImplementedError(f"tc_autograd: {func} writes to arguments other than self")
+        _record_writes(rec, func, args, kwargs, out)
+        return
     functional = functional_variant(func)
     target = args[0]
     args, kwargs = _defaults_it_lacks(func, functional, args, kwargs)
@@ -230,6 +231,47 @@ def _record_inplace(rec: Recorder, func: Any, args: tuple, kwargs: dict, out: An
     rec.table.write(target, node)
     if out is not target and isinstance(out, torch.Tensor) and out not in rec.table:
         rec.table.fresh(out, node)
+
+
+def _record_writes(rec: Recorder, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+    """An op writing several arguments (``_batch_norm_with_update``'s running stats,
+    ``rrelu_with_noise``'s noise): record its ``_functional`` twin, give the op's own results
+    their items, and write each written argument's new value back through its view chain."""
+    twin, places = functional_with_writes(func)
+    argv = _bound_args(func, args, kwargs)
+    targets = {k: argv[k] for k, _ in places}
+    if not all(isinstance(t, torch.Tensor) for t in targets.values()):
+        raise NotImplementedError(f"tc_autograd: {func} writes to an optional argument that is None")
+    node = rec.record(twin, args, kwargs, out)
+    node.spec = tc_ir.infer_spec(twin, node.args, node.kwargs) or _twin_spec(out, targets, places)
+    results = list(out) if isinstance(out, (tuple, list)) else [out]
+    written_ids = {id(t) for t in targets.values()}
+    for i, t in enumerate(results):
+        if isinstance(t, torch.Tensor) and id(t) not in written_ids:
+            rec.table.fresh(t, rec.emit(operator.getitem, node, i, spec=node.spec[i]))
+    for k, i in places:
+        value = rec.emit(operator.getitem, node, i, spec=node.spec[i])
+        if node.spec[i].dtype != targets[k].dtype:
+            value = rec.emit(aten._to_copy.default, value, dtype=targets[k].dtype, spec=clean_spec(targets[k]))
+        rec.table.write(targets[k], value)
+
+
+def _bound_args(func: Any, args: tuple, kwargs: dict) -> list:
+    """Every schema argument's value, by position."""
+    schema = func._schema.arguments
+    return [args[i] if i < len(args) else kwargs.get(a.name, a.default_value if a.has_default_value() else None)
+            for i, a in enumerate(schema)]
+
+
+def _twin_spec(out: Any, targets: dict, places: list) -> tuple:
+    """The twin's result specs when no meta function gives them: the fake results, then the
+    written arguments' (their new values have their specs)."""
+    results = list(out) if isinstance(out, (tuple, list)) else [out]
+    specs = [clean_spec(t) for t in results]
+    for k, i in places:
+        if i >= len(specs):
+            specs.append(clean_spec(targets[k]))
+    return tuple(specs)
 
 
 def _record_metadata_inplace(rec: Recorder, func: Any, args: tuple, kwargs: dict) -> None:
