@@ -61,6 +61,18 @@ CASES = [
      lambda: [torch.randn(32768, 4096, device="cuda")], 2),
     ("layer norm (row reduction)", lambda g, x, w, b: g.call(aten.native_layer_norm.default, x, [4096], w, b, 1e-5),
      lambda: [torch.randn(32768, 4096, device="cuda"), torch.randn(4096, device="cuda"), torch.randn(4096, device="cuda")], 2),
+    # Data-dependent indices: every indirect load is bounds-checked (tc-inductor README); bytes are
+    # the rows read, the indices and the output written.
+    ("embedding (indirect rows)", lambda g, w, i: g.call(aten.embedding.default, w, i),
+     lambda: [torch.randn(65536, 1024, device="cuda"), torch.randint(0, 65536, (32768,), device="cuda")],
+     lambda w, i: 2 * i.numel() * w.shape[1] * w.element_size() + i.numel() * 8),
+    ("embedding + add (fused)", lambda g, w, i, y: g.call(aten.add.Tensor, g.call(aten.embedding.default, w, i), y),
+     lambda: [torch.randn(65536, 1024, device="cuda"), torch.randint(0, 65536, (32768,), device="cuda"),
+              torch.randn(32768, 1024, device="cuda")],
+     lambda w, i, y: 3 * y.numel() * y.element_size() + i.numel() * 8),
+    ("gather dim 1 (indirect)", lambda g, x, i: g.call(aten.gather.default, x, 1, i),
+     lambda: [torch.randn(8192, 8192, device="cuda"), torch.randint(0, 8192, (8192, 4096), device="cuda")],
+     lambda x, i: i.numel() * (8 + 2 * x.element_size())),
 ]
 
 
@@ -90,7 +102,7 @@ def main() -> int:
             print(f"  (torch.compile failed on {name}: {type(e).__name__})")
             compiled_torch = None
         big = inputs[0]
-        nbytes = tensors_moved * big.numel() * big.element_size()
+        nbytes = tensors_moved(*inputs) if callable(tensors_moved) else tensors_moved * big.numel() * big.element_size()
         if "reduction" in name and "softmax" not in name and "layer" not in name:
             nbytes = big.numel() * big.element_size()
         ms_tc = bench(compiled, *inputs)
