@@ -14,6 +14,7 @@ the difference is bf16 rounding (kind ``bf16-rounding``, documented, not a bug).
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -60,13 +61,29 @@ class Side:
     views: list
 
 
-def run_side(fn: Callable, program: Program, values: list[torch.Tensor], weights: Callable) -> Side:
+class FloatsSeen(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records the floating dtypes of every tensor an eager run's ops read or produce."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dtypes: set[torch.dtype] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in torch.utils._pytree.tree_leaves((args, kwargs, out)):
+            if isinstance(t, torch.Tensor) and t.is_floating_point():
+                self.dtypes.add(t.dtype)
+        return out
+
+
+def run_side(fn: Callable, program: Program, values: list[torch.Tensor], weights: Callable,
+             seen: FloatsSeen | None = None) -> Side:
     grad = program.grad
     leaves = [v.clone().requires_grad_(grad and v.is_floating_point()) for v in values]
     # A non-leaf holder (a clone) lets the program write to inputs that require grad.
     holders = [leaf.clone() if leaf.requires_grad else leaf for leaf in leaves]
     inputs = carve_inputs(program.inputs, holders)
-    with torch.set_grad_enabled(grad):
+    with torch.set_grad_enabled(grad), seen or contextlib.nullcontext():
         outs = fn(*inputs)
     views = [_input_view(o, holders) for o in outs]
     grads = None
@@ -130,7 +147,11 @@ def _close(g: Any, w: Any, what: str, kind: str, tol: tuple) -> None:
     if not isinstance(g, torch.Tensor) or g.dtype != w.dtype or g.shape != w.shape:
         spec = (g.dtype, tuple(g.shape)) if isinstance(g, torch.Tensor) else type(g).__name__
         raise Mismatch("meta", f"{what}: {spec}, eager {(w.dtype, tuple(w.shape))}")
-    atol, rtol = TOLERANCE.get(w.dtype, (0.0, 0.0)) if tol is None else tol
+    atol, rtol = TOLERANCE.get(w.dtype, (0.0, 0.0))
+    if tol is not None and w.is_floating_point():  # a less precise float fed this one
+        atol, rtol = max(atol, tol[0]), max(rtol, tol[1])
+    elif tol == TOLERANCE[torch.bfloat16]:  # integers cast from bf16 values (then re-checked)
+        atol, rtol = tol
     scale = 1.0 + (w.detach().double().abs().nan_to_num(0, 0, 0).max().item() if w.numel() else 0.0)
     try:
         torch.testing.assert_close(g.detach(), w.detach(), atol=atol * scale, rtol=rtol, equal_nan=True)
@@ -138,10 +159,15 @@ def _close(g: Any, w: Any, what: str, kind: str, tol: tuple) -> None:
         raise Mismatch(kind, f"{what}: {str(e).splitlines()[-3:]}") from None
 
 
-def tolerance(program: Program) -> tuple | None:
-    """bf16 anywhere (an input or a cast): every comparison at bf16's tolerance."""
+def tolerance(program: Program, seen: set | None = None) -> tuple | None:
+    """bf16 anywhere (an input or a cast): every comparison at bf16's tolerance. Otherwise floats
+    at the tolerance of the least precise float the eager run computed with (``seen``): an f64
+    value computed from f32 ones carries f32 rounding, so f32 anywhere compares f64 at f32's."""
     if any(s.dtype == torch.bfloat16 for s in program.inputs) or any("bfloat16" in line for line in program.lines):
         return TOLERANCE[torch.bfloat16]
+    for dtype in (torch.bfloat16, torch.float32):
+        if dtype in (seen or ()):
+            return TOLERANCE[dtype]
     return None
 
 
@@ -153,8 +179,9 @@ def check(program: Program, seed: int = 0, options: dict | None = None) -> Outco
     for call in range(2):
         values = example_inputs(program, seed * 2 + call + 1)
         weights = make_weights(seed * 2 + call)
+        seen = FloatsSeen()
         try:
-            want = run_side(fn, program, values, weights)
+            want = run_side(fn, program, values, weights, seen)
         except Exception as e:  # eager refuses: not a valid program (an in-place write it forbids...)
             return Outcome("invalid", f"{type(e).__name__}: {e}")
         try:
@@ -165,7 +192,7 @@ def check(program: Program, seed: int = 0, options: dict | None = None) -> Outco
             return Outcome("error", f"{type(e).__name__}: {str(e)[:400]}", fallbacks)
         fallbacks += [str(w.message)[:300] for w in caught if any(s in str(w.message) for s in FALLBACK_WORDS)]
         try:
-            compare(want, got, tolerance(program))
+            compare(want, got, tolerance(program, seen.dtypes))
         except Mismatch as m:
             return _maybe_rounding(program, seed, options, Outcome(m.kind, f"call {call + 1}: {m.detail}", fallbacks))
     return Outcome("pass", "", fallbacks)
