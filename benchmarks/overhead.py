@@ -1,6 +1,7 @@
 """Per-call overhead on cache hits: eager vs tc_capture vs torch.compile(backend="eager").
 
 Run: python3 benchmarks/overhead.py   (CPU is fine; tiny tensors so the work itself is negligible)
+     python3 benchmarks/overhead.py --guards   (the generated guard function alone, per model)
 
 tc_capture's back end here turns the graph into straight Python (the same role as
 torch.compile's "eager" back end running an FX GraphModule), so the difference between the
@@ -9,6 +10,7 @@ columns is guard checking + argument plumbing, not kernel speed.
 
 from __future__ import annotations
 
+import sys
 import time
 
 import torch
@@ -64,7 +66,55 @@ def chain(n):
     return nn.Sequential(*[nn.Linear(2, 2, bias=False) for _ in range(n)])
 
 
+class ConvNet(nn.Module):
+    """ResNet-ish: ``blocks`` residual blocks of conv + batch norm (8 parameters/buffers each)."""
+
+    def __init__(self, blocks=8, c=4):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Conv2d(c, c, 3, padding=1), nn.BatchNorm2d(c), nn.ReLU(),
+                                                  nn.Conv2d(c, c, 3, padding=1), nn.BatchNorm2d(c))
+                                    for _ in range(blocks))
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = torch.relu(block(x) + x)
+        return x
+
+
+def guard_of(fn, x):
+    """The cache-hit guard of ``fn``'s entry and the frame state it is called with."""
+    from tc_capture.runtime import FrameCache
+
+    seen = []
+    compiled = tc_capture.optimize(python_backend)(fn)
+    compiled(x)
+    plain = FrameCache.lookup
+    FrameCache.lookup = lambda cache, off, F, C: seen.append((cache, F, C)) or plain(cache, off, F, C)
+    try:
+        compiled(x)
+    finally:
+        FrameCache.lookup = plain
+    cache, F, C = seen[0]
+    (entry,) = [e for e in cache.entries[0] if e.guard(F, C)][:1]
+    return entry.guard, (F, C)
+
+
+def guards_main():
+    """Guard-only timings: the generated guard function alone, on the call it was compiled from."""
+    torch.set_grad_enabled(True)
+    cases = [("5 params", chain(5), torch.randn(1, 2)), ("50 params", chain(50), torch.randn(1, 2)),
+             ("500 params", chain(500), torch.randn(1, 2)),
+             ("8 conv blocks (64 tensors)", ConvNet(8).eval(), torch.randn(1, 4, 8, 8))]
+    print(f"{'guard of':28} {'us per check':>12}")
+    for name, fn, x in cases:
+        guard, (F, C) = guard_of(fn, x)
+        assert guard(F, C)
+        print(f"{name:28} {timed(guard, F, C, n=max(20, 20000 // len(list(fn.parameters())))):12.2f}")
+
+
 def main():
+    if "--guards" in sys.argv:
+        return guards_main()
     torch.set_grad_enabled(False)
     cases = [
         ("tiny function (x + 1)", lambda x: x + 1, torch.randn(2)),

@@ -10,12 +10,16 @@ and the module-owned tensors they check are handed to the runner, which does not
 
 from __future__ import annotations
 
+import io
+import re
 import threading
+import tokenize
 
 import torch
 
 from .sources import RUNTIME_NAMES, Source
 
+_HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
 _TYPE_NAMES = {int: "int", float: "float", bool: "bool", str: "str", type(None): "NoneType"}
 
 
@@ -86,14 +90,35 @@ class GuardSet:
                  f"keys of {self.readable(source)} == {keys!r}")
 
     def tensor(self, source: Source, t: torch.Tensor) -> None:
-        # The value is read once (a walrus-bound local), not once per property.
+        # The value is read once (a walrus-bound local), not once per property. ``shape`` is read
+        # rather than ``size()`` (no method call); a CPU tensor's device is ``is_cpu`` (a bool)
+        # rather than ``device == ...``, which builds a ``torch.device`` on every call.
         e = self.bound.setdefault(source.expr, f"_t{len(self.bound)}")
+        device = f"{e}.is_cpu" if t.device.type == "cpu" else f"{e}.device == {self.ref(t.device)}"
         cond = (f"type({e} := {source.expr}) is {self.ref(type(t))} and {e}.dtype is {self.ref(t.dtype)} and "
-                f"{e}.size() == {tuple(t.shape)!r} and {e}.stride() == {tuple(t.stride())!r} and "
-                f"{e}.requires_grad is {t.requires_grad} and {e}.device == {self.ref(t.device)}")
+                f"{e}.shape == {tuple(t.shape)!r} and {e}.stride() == {tuple(t.stride())!r} and "
+                f"{e}.requires_grad is {t.requires_grad} and {device}")
         spec = f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)} stride={tuple(t.stride())} {t.device}"
         grad = " requires_grad" if t.requires_grad else ""
         self.add(source, cond, f"{self.readable(source)}: {type(t).__name__} {spec}{grad}")
+
+    def module_hooks(self, source: Source, mod: torch.nn.Module) -> None:
+        """The hooks calling ``mod`` runs, in one check: none registered (four dictionaries
+        empty), or the same registrations (the handle ids, keys of these dictionaries, are never
+        reused: equal keys mean the same hooks with the same ``with_kwargs``/``always_call``
+        flags). Global module hooks are guarded absent."""
+        dicts = [(name, getattr(mod, name, None) or {}) for name in _HOOK_DICTS]
+        step = source._step(f"{source.expr}.{_HOOK_DICTS[0]}", source.name, True)
+        if not any(d for _, d in dicts):
+            self.add(step, "not (" + " or ".join(f"{source.expr}.{n}" for n, _ in dicts) + ")",
+                     f"{self.readable(source)} has no hooks")
+        else:
+            self.add(step, " and ".join(f"list({source.expr}.{n}) == {list(d)!r}" for n, d in dicts),
+                     f"{self.readable(source)} has hooks " + ", ".join(f"{n}={list(d)}" for n, d in dicts if d))
+        g = torch.nn.modules.module
+        hooks = [g._global_forward_pre_hooks, g._global_forward_hooks, g._global_backward_pre_hooks,
+                 g._global_backward_hooks]
+        self.add(None, "not (" + " or ".join(self.ref(d) for d in hooks) + ")", "no global module hooks")
 
     def grad_mode(self, enabled: bool) -> None:
         self.add(None, f"{self.ref(torch.is_grad_enabled)}() is {enabled}", f"grad mode is {'on' if enabled else 'off'}")
@@ -108,12 +133,72 @@ def _short(value: object) -> str:
 
 
 # ---- code generation ---------------------------------------------------------------------------
-def _body(guards: list[Guard], fail: str) -> list[str]:
-    lines = []
-    for i, g in enumerate(guards):
-        for line in g.lines:
-            lines.append("    " + line.replace("{fail}", fail if fail != "TEXT" else f"_texts[{i}]"))
-    return lines
+# Module state is checked on every call, so the generated code reads each module once: every pure
+# source a guard's source was stepped from (``F[0]``, ``F[0]._modules['0']``, ...) is bound to a
+# local ``_mN`` just before the first guard that reads it, and later guards use the local. A pure
+# read runs no user code and guards change nothing, so reading it once gives what reading it again
+# would. In ``guard`` a read that fails (a submodule gone) fails the check, as before; ``why`` runs
+# each guard with its reads in its own ``try``, so it names the guard whose read failed.
+class _Hoist:
+    def __init__(self, guards: list[Guard]):
+        found: dict[str, Source] = {}
+        for g in guards:
+            base = g.source  # its own source too: ``type(x) is int and x == 1`` reads x once
+            while base is not None and base.pure:
+                found.setdefault(base.expr, base)
+                base = base.base
+        self.sources = found
+        self.local = {expr: f"_m{i}" for i, expr in enumerate(found)}
+        # Longest first: a path is replaced before the paths it extends.
+        exprs = sorted(found, key=len, reverse=True)
+        self.pattern = re.compile("|".join(f"(?<![\\w.]){re.escape(e)}(?!\\w)" for e in exprs)) if exprs else None
+        self.bound: set[str] = set()
+
+    def rewrite(self, line: str) -> tuple[list[str], str]:
+        """``line`` reading hoisted paths through their locals, and the bindings to run first."""
+        if self.pattern is None:
+            return [], line
+        starts = _code_starts(line)
+        binds: list[str] = []
+        out, last = [], 0
+        for m in self.pattern.finditer(line):
+            if m.start() not in starts:
+                continue  # inside a string literal
+            out.append(line[last:m.start()])
+            out.append(self._use(m.group(0), binds))
+            last = m.end()
+        out.append(line[last:])
+        return binds, "".join(out)
+
+    def _use(self, expr: str, binds: list[str]) -> str:
+        if expr not in self.bound:
+            src = self.sources[expr]
+            value = expr
+            if src.base is not None and src.base.expr in self.local and expr.startswith(src.base.expr):
+                value = self._use(src.base.expr, binds) + expr[len(src.base.expr):]
+            binds.append(f"{self.local[expr]} = {value}")
+            self.bound.add(expr)
+        return self.local[expr]
+
+
+def _code_starts(line: str) -> set[int]:
+    """Offsets in ``line`` where a name token starts (a hoisted path starts with a name)."""
+    try:
+        return {tok.start[1] for tok in tokenize.generate_tokens(io.StringIO(line).readline)
+                if tok.type == tokenize.NAME}
+    except (tokenize.TokenError, SyntaxError):
+        return set()
+
+
+def _blocks(guards: list[Guard], param_exprs: list[str]) -> tuple[list[tuple[list[str], str]], str]:
+    """Per guard (its bindings, its condition line), and the ``MS.params`` line."""
+    hoist = _Hoist(guards)
+    blocks = []
+    for g in guards:
+        (line,) = g.lines
+        blocks.append(hoist.rewrite(line))
+    binds, params = hoist.rewrite(f"MS.params = [{', '.join(param_exprs)}]") if param_exprs else ([], "")
+    return blocks, "; ".join(binds + [params]) if params else ""
 
 
 def compile_guards(gs: GuardSet, param_exprs: list[str], globals_: dict) -> tuple:
@@ -127,16 +212,21 @@ def compile_guards(gs: GuardSet, param_exprs: list[str], globals_: dict) -> tupl
     scope = {name: obj for name, obj in gs.objects.values()}
     scope.update(MS=ms, G=globals_, **RUNTIME_NAMES)
     root_key = _root_key(gs)
+    guards = gs.fast + gs.gated
+    blocks, params = _blocks(guards, [gs.bound.get(e, e) for e in param_exprs])
     src = ["def guard(F, C):", "  try:"]
-    src += ["  " + line for line in _body(gs.fast + gs.gated, "False")]
-    if param_exprs:
-        src.append(f"      MS.params = [{', '.join(gs.bound.get(e, e) for e in param_exprs)}]")
+    for binds, line in blocks:
+        src += ["      " + b for b in binds] + ["      " + line.replace("{fail}", "False")]
+    if params:
+        src.append("      " + params)
     src += ["      return True", "  except Exception:", "      return False", ""]
-    src += ["def why(F, C):", "  try:"]
-    src += ["  " + line for line in _body(gs.fast + gs.gated, "TEXT")]
-    src += ["  except Exception as e:", "      return f'guard raised {e!r}'", "  return None"]
+    src += ["def why(F, C):"]
+    for i, (binds, line) in enumerate(blocks):
+        src += ["  try:"] + ["      " + b for b in binds] + ["      " + line.replace("{fail}", f"_texts[{i}]")]
+        src += ["  except Exception as e:", f"      return f'{{_texts[{i}]}} (reading it raised {{e!r}})'"]
+    src += ["  return None"]
     text = "\n".join(src)
-    scope["_texts"] = [g.text for g in gs.fast + gs.gated]
+    scope["_texts"] = [g.text for g in guards]
     exec(compile(text, "<tc_capture guards>", "exec"), scope)
     return scope["guard"], scope["why"], text, ms, root_key
 

@@ -54,6 +54,14 @@ def attr_expr(base: str, name: str, owner: object) -> str | None:
     return None
 
 
+def plain_read(name: str, owner: object) -> bool:
+    """Whether ``owner.name`` is a plain read of the instance ``__dict__`` (a flag such as
+    ``training``, a conv's ``stride``): no ``nn.Module.__getattr__``, no descriptor of the class,
+    so reading it runs no user code and a guard may read it once."""
+    return _plain_module(owner) and name.isidentifier() and name in owner.__dict__ \
+        and not _on_type(type(owner), name)
+
+
 def item_expr(base: str, key: object, owner: object) -> str | None:
     """``base[key]`` for the containers of ``torch.nn`` (``ModuleList``/``Sequential`` by a
     non-negative int, ``ModuleDict`` by str), read from ``_modules``; None for anything else."""

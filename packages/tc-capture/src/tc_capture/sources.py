@@ -19,33 +19,46 @@ _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _IMMUTABLE = (tuple, str, bytes, frozenset, int, float, bool, torch.Size)
 
 
-class Source:
-    __slots__ = ("expr", "name", "gated", "root")
+# Roots of the frame state: reading them has no effect and gives the same object within one check.
+_ROOT = re.compile(r"F\[\d+\]|C\[\d+\]\.cell_contents")
 
-    def __init__(self, expr: str, name: str, gated: bool = False, root: Source | None = None):
-        self.expr, self.name, self.gated, self.root = expr, name, gated, root
+
+class Source:
+    """``expr`` reads the value; ``base`` is the source it was read from by one step (attribute or
+    item), ``pure`` says ``expr`` runs no user code (a frame slot, then ``nn.Module`` dictionary
+    reads, see ``module_state``), so a guard may read it once into a local and reuse it."""
+
+    __slots__ = ("expr", "name", "gated", "root", "base", "pure")
+
+    def __init__(self, expr: str, name: str, gated: bool = False, root: Source | None = None,
+                 base: Source | None = None, pure: bool | None = None):
+        self.expr, self.name, self.gated, self.root, self.base = expr, name, gated, root, base
+        self.pure = bool(_ROOT.fullmatch(expr)) if pure is None else pure
 
     def __repr__(self) -> str:
         return self.expr
 
     def attr(self, name: str, owner: object) -> Source:
         expr = f"{self.expr}.{name}" if _IDENT.match(name) else f"getattr({self.expr}, {name!r})"
-        expr = module_state.attr_expr(self.expr, name, owner) or expr
-        return self._step(expr, f"{self.name}_{name}", self._owns(owner))
+        direct = module_state.attr_expr(self.expr, name, owner)
+        pure = direct is not None or module_state.plain_read(name, owner)
+        return self._step(direct or expr, f"{self.name}_{name}", self._owns(owner), pure=pure)
 
     def item(self, key: object, owner: object) -> Source:
-        expr = module_state.item_expr(self.expr, key, owner) or f"{self.expr}[{key_expr(key)}]"
-        return self._step(expr, f"{self.name}_{key}", self._owns(owner))
+        direct = module_state.item_expr(self.expr, key, owner)
+        expr = direct or f"{self.expr}[{key_expr(key)}]"
+        return self._step(expr, f"{self.name}_{key}", self._owns(owner), pure=direct is not None)
 
     def _owns(self, owner: object) -> bool:
         # Module state, and immutable values reached through it (a conv's ``stride`` tuple): both
         # change only through a module's __setattr__.
         return isinstance(owner, torch.nn.Module) or self.gated and isinstance(owner, _IMMUTABLE)
 
-    def _step(self, expr: str, name: str, module_owned: bool) -> Source:
+    def _step(self, expr: str, name: str, module_owned: bool, pure: bool = False) -> Source:
+        pure = pure and self.pure
         if not module_owned:
-            return Source(expr, name)
-        return Source(expr, name, True, self.root if self.gated else self)
+            return Source(expr, name, base=self, pure=pure)
+        return Source(expr, name, True, self.root if self.gated else self, base=self, pure=pure)
 
 
 _LITERAL = (int, str, bytes, bool, type(None))

@@ -408,9 +408,7 @@ def call_module(f, mod_v: Const, args, kwargs) -> V:
     if g._global_forward_hooks or g._global_forward_pre_hooks or g._global_backward_hooks:
         raise Unsupported("global module hooks are registered")
     if mod_v.source is not None:
-        src = mod_v.source
-        for hooks in ("_forward_pre_hooks", "_forward_hooks"):
-            f.session.guards.length(src._step(f"{src.expr}.{hooks}", src.name, True), getattr(mod, hooks))
+        f.session.guards.module_hooks(mod_v.source, mod)
     for hook_id, hook in list(mod._forward_pre_hooks.items()):
         if hook_id in mod._forward_pre_hooks_with_kwargs:
             r = call_function(f, Const(hook), [mod_v, TupleV(args), DictV(kwargs)], {})
