@@ -405,8 +405,11 @@ def _is_inference(f, t: TensorV) -> V:
 def call_module(f, mod_v: Const, args, kwargs) -> V:
     mod = mod_v.value
     g = torch.nn.modules.module
-    if g._global_forward_hooks or g._global_forward_pre_hooks or g._global_backward_hooks:
+    if g._global_forward_hooks or g._global_forward_pre_hooks or g._global_backward_hooks \
+            or g._global_backward_pre_hooks:
         raise Unsupported("global module hooks are registered")
+    if mod._backward_hooks or mod._backward_pre_hooks:  # they wrap the call's tensors in eager
+        raise Unsupported(f"{type(mod).__name__} has backward hooks")
     if mod_v.source is not None:
         f.session.guards.module_hooks(mod_v.source, mod)
     for hook_id, hook in list(mod._forward_pre_hooks.items()):
