@@ -66,7 +66,7 @@ def brk_no_grad(x):
     return z * x
 
 
-BREAKS = [(brk_print, 2, 1), (brk_item, 2, 1), (brk_if, 2, 1), (brk_nested, 2, 1), (brk_no_grad, 2, 1)]
+BREAKS = [(brk_print, 2, 1), (brk_item, 2, 1), (brk_if, 2, 1), (brk_nested, 3, 1), (brk_no_grad, 2, 1)]
 
 
 @pytest.mark.parametrize("fn,graphs,breaks", BREAKS, ids=lambda v: getattr(v, "__name__", str(v)))

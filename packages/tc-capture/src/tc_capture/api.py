@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import inspect
 import types
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,8 +13,9 @@ import torch
 
 import tc_ir
 
-from .compile_region import Break, Entry
-from .runtime import ALL_CACHES, FrameCache, compiling_depth, warn_fallback
+from .callees import binder, call_module, global_hooks
+from .compile_region import Break, Entry, distinct_breaks
+from .runtime import ALL_CACHES, FrameCache, compiling_depth, frame_cache, warn_fallback
 
 
 def is_compiling() -> bool:
@@ -40,51 +40,10 @@ def mark_dynamic(t: torch.Tensor, dim: int) -> None:
     t._tc_dynamic_dims = dims
 
 
-# Weak values: a cache lives as long as a compiled function or module that uses it holds it, and
-# goes (with its entries, compiled graphs and what their guards reference) when the last one goes.
-_SHARED_CACHES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-
-
-def frame_cache(fn, backend: Callable, fullgraph: bool, recompile_limit: int) -> FrameCache:
-    """The one cache of ``fn``'s frame for this back end and settings.
-
-    Shared by every ``optimize`` of the same function with the same back end, so one block
-    class compiled per instance (regional compilation) compiles once: parameters are graph
-    inputs, and guards check types and state, not which instance it is.
-    """
-    key = (fn, backend, fullgraph, recompile_limit)
-    cache = _SHARED_CACHES.get(key)
-    if cache is None:
-        cache = _SHARED_CACHES[key] = FrameCache(fn, backend, fullgraph, recompile_limit)
-    return cache
-
-
 def reset() -> None:
     """Forget every compiled entry of every optimized function."""
     for cache in list(ALL_CACHES):
         cache.clear()
-
-
-def _binder(fn) -> Callable:
-    """A fast way to lay out call arguments in the order of ``fn``'s code's parameter slots."""
-    code = fn.__code__
-    simple = not code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS) and not code.co_kwonlyargcount
-    n = code.co_argcount
-    sig = inspect.signature(fn, follow_wrapped=False)
-    names = code.co_varnames[:n + code.co_kwonlyargcount + bool(code.co_flags & inspect.CO_VARARGS)
-                             + bool(code.co_flags & inspect.CO_VARKEYWORDS)]
-
-    def bind(args, kwargs):
-        if simple and not kwargs and len(args) == n:
-            return args
-        try:
-            bound = sig.bind(*args, **kwargs)
-        except TypeError:
-            return None  # a call eager rejects: the caller runs it eagerly, for eager's own error
-        bound.apply_defaults()
-        return tuple(bound.arguments[name] for name in names)
-
-    return bind
 
 
 class OptimizedModule:
@@ -114,7 +73,7 @@ class OptimizedModule:
             if not isinstance(fn, types.FunctionType):
                 found = self._forwards[fn] = (_EagerForward(mod, bound_self), _unbound, bound_self)
             else:
-                found = self._forwards[fn] = (self._make_cache(fn), _binder(fn), bound_self)
+                found = self._forwards[fn] = (self._make_cache(fn), binder(fn), bound_self)
         return found
 
     def _forward(self, args, kwargs):
@@ -125,28 +84,10 @@ class OptimizedModule:
 
     def __call__(self, *args, **kwargs):
         mod = self._orig_mod
-        if mod._backward_hooks or mod._backward_pre_hooks or _global_hooks():
-            return mod(*args, **kwargs)  # backward hooks wrap tensors in Python: run eagerly
-        if not (mod._forward_hooks or mod._forward_pre_hooks):
+        if not (mod._forward_hooks or mod._forward_pre_hooks or mod._backward_hooks or mod._backward_pre_hooks
+                or global_hooks()):
             return self._forward(args, kwargs)
-        return self._call_with_hooks(mod, args, kwargs)
-
-    def _call_with_hooks(self, mod, args, kwargs):
-        for hook_id, hook in list(mod._forward_pre_hooks.items()):
-            if hook_id in mod._forward_pre_hooks_with_kwargs:
-                r = hook(mod, args, kwargs)
-                if r is not None:
-                    args, kwargs = r
-            else:
-                r = hook(mod, args)
-                if r is not None:
-                    args = r if isinstance(r, tuple) else (r,)
-        out = self._forward(args, kwargs)
-        for hook_id, hook in list(mod._forward_hooks.items()):
-            r = hook(mod, args, kwargs, out) if hook_id in mod._forward_hooks_with_kwargs else hook(mod, args, out)
-            if r is not None:
-                out = r
-        return out
+        return call_module(mod, args, kwargs, self._forward)  # hooks in Python around forward
 
     def forward(self, *args, **kwargs):
         return self._forward(args, kwargs)
@@ -186,12 +127,6 @@ def _where(obj) -> tuple[str, int]:
         return "<unknown>", 0
 
 
-def _global_hooks() -> bool:
-    g = torch.nn.modules.module
-    return bool(g._global_forward_hooks or g._global_forward_pre_hooks or g._global_backward_hooks
-                or g._global_backward_pre_hooks)
-
-
 def optimize(backend: Callable, *, fullgraph: bool = False, dynamic: bool | None = None,
              recompile_limit: int = 8) -> Callable:
     """A decorator compiling a function, bound method or ``nn.Module`` with ``backend``.
@@ -214,7 +149,7 @@ def optimize(backend: Callable, *, fullgraph: bool = False, dynamic: bool | None
         if not isinstance(fn, types.FunctionType):
             raise TypeError(f"tc_capture.optimize needs a function, method or nn.Module, got {type(fn).__name__}")
         cache = frame_cache(fn, backend, fullgraph, recompile_limit)
-        bind = _binder(fn)
+        bind = binder(fn)
 
         @functools.wraps(fn)
         def compiled(*args, **kwargs):
@@ -285,6 +220,7 @@ def capture(fn, *args, **kwargs) -> CaptureResult:
         compiled.__func__ if isinstance(compiled, types.MethodType) else compiled)._tc_cache
     cache.listeners.append(listen)
     report.result = compiled(*args, **kwargs)
+    report.breaks = distinct_breaks(report.breaks)
     return report  # the private caches go with ``compiled`` (weakly registered)
 
 

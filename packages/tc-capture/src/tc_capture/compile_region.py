@@ -44,9 +44,18 @@ class Break:
     reason: str
     filename: str | None
     lineno: int | None
+    nested: bool = False  # inside a call the region inlined: that call is compiled as its own frame
 
     def __str__(self) -> str:
         return f"{self.filename}:{self.lineno}: {self.reason}"
+
+
+def distinct_breaks(breaks: list[Break]) -> list[Break]:
+    """The breaks to report: a break inside an inlined call ends the caller's region at the call
+    *and* the callee's at its own instruction; it is listed once, as the callee's (when the
+    callee's frame was compiled and reported it)."""
+    own = {(b.reason, b.filename, b.lineno) for b in breaks if not b.nested}
+    return [b for b in breaks if not (b.nested and (b.reason, b.filename, b.lineno) in own)]
 
 
 @dataclass
@@ -101,7 +110,7 @@ def capture_region(code, globals_, F, C, offset: int, nargs: int, fullgraph: boo
             frame = _initial_frame(session, code, globals_, F, C, offset, nargs)
             frame.break_at = frozenset(break_at)
             out = frame.run()
-            brk = Break(cause.reason, cause.filename, cause.lineno) if cause is not None else None
+            brk = Break(cause.reason, cause.filename, cause.lineno, cause.nested) if cause is not None else None
             return session, out, brk
         except BreakHere as e:
             if fullgraph:

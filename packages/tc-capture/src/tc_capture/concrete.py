@@ -38,6 +38,7 @@ class CFrame:
         self.locals, self.stack, self.cells, self.ip = list(locals_), list(stack), list(cells), ip
         self.kw_names: tuple = ()
         self.result = None
+        self.callee = None  # at a break inside an inlined call: runs that call as compiled frames
 
     def pop(self):
         return self.stack.pop()
@@ -73,6 +74,8 @@ def call(fn, args, kwargs, frame: CFrame):
     if fn is super and not args:
         cls = frame.cells[frame.cell_index["__class__"]].cell_contents
         return super(cls, frame.locals[0])
+    if frame.callee is not None:
+        return frame.callee(fn, args, kwargs)
     return fn(*args, **kwargs)
 
 

@@ -18,12 +18,23 @@ import dis
 import functools
 import os
 import threading
+import types
 import warnings
 import weakref
 
 import tc_ir
 
-from .compile_region import CompileError, Entry, GraphBreakError, build_entry, capture_region, count_args, line_at
+from .callees import binder, call_module, module_forward, plain_module_call, python_target
+from .compile_region import (
+    CompileError,
+    Entry,
+    GraphBreakError,
+    build_entry,
+    capture_region,
+    count_args,
+    distinct_breaks,
+    line_at,
+)
 from .concrete import OPS as CONCRETE_OPS
 from .concrete import CFrame
 from .native_resume import resume_natively
@@ -61,6 +72,8 @@ class FrameCache:
         self.warned = False
         self.failed: set[int] = set()  # resume offsets whose compile failed: they run eagerly
         self.listeners: list = []  # capture() records compiled entries through these
+        self.callees: dict = {}  # code -> FrameCache of calls run at nested breaks (held here)
+        self.reported = False  # the no-graph / many-breaks warning of a first call was decided
         ALL_CACHES.add(self)
 
     def clear(self) -> None:
@@ -98,7 +111,7 @@ class FrameCache:
             if not entry.guard(F, C):
                 return self._failed(offset, f"its guard rejects the call it was compiled from ({entry.why(F, C)})")
             self.entries[offset] = existing + [entry]
-            for listener in self.listeners:
+            for listener in dict.fromkeys([*self.listeners, *getattr(_tls, "listeners", ())]):
                 listener(entry)
             return entry
 
@@ -130,18 +143,79 @@ class FrameCache:
                           f"hit the recompile limit ({self.limit}); new cases run in Python", stacklevel=4)
 
     # ---- running ------------------------------------------------------------------------------------
-    def call(self, F, args, kwargs):
+    def call(self, F, args, kwargs, fn=None):
+        """Run the frame of ``fn`` (by default the cache's function; a callee cache, keyed by
+        code, is handed the function object of each call) with parameter slots ``F``."""
+        fn = self.fn if fn is None else fn
         if F is None:  # arguments the function does not take: eager raises its own TypeError
-            return self.fn(*args, **kwargs)
-        C = self.closure
-        entry = self.lookup(0, F, C) or self.miss(0, F, C)
+            return fn(*args, **kwargs)
+        C = self.closure if fn is self.fn else (fn.__closure__ or ())
+        entry = self.lookup(0, F, C)
         if entry is None:
-            return self.fn(*args, **kwargs)
+            if not self.reported and getattr(_tls, "tally", None) is None:
+                return self._first_call(fn, F, args, kwargs)
+            entry = self.miss(0, F, C)
+            if entry is None:
+                return fn(*args, **kwargs)
+            _tally(entry)
+        elif fn is not self.fn:
+            _tally(entry)
         with COMPILING:
             out = entry.run(F, C)
         if entry.break_ip is None:
             return out
         return self._continue(entry, out)
+
+    def _first_call(self, fn, F, args, kwargs):
+        """The first call of a compiled function: the entries it runs, through nested frames too,
+        are tallied, and a call that captured no graph, or broke many times, warns once."""
+        self.reported = True
+        _tls.tally = tally = []
+        try:
+            out = self.call(F, args, kwargs, fn)
+        finally:
+            _tls.tally = None
+        self._report(tally)  # not when the user's exception ended the call: it is theirs to see
+        return out
+
+    def _report(self, entries: list) -> None:
+        breaks = distinct_breaks([b for e in entries for b in e.breaks])
+        graphs = sum(e.graph is not None for e in entries)
+        if not breaks or (graphs and len(breaks) < MANY_BREAKS):
+            return
+        what = "captured no graph" if not graphs else f"captured {graphs} graphs"
+        where = "; ".join(str(b) for b in breaks[:MANY_BREAKS])
+        more = f" (and {len(breaks) - MANY_BREAKS} more)" if len(breaks) > MANY_BREAKS else ""
+        warn_fallback(self.code.co_filename, self.code.co_firstlineno,
+                      f"{self.code.co_name} {what} with {len(breaks)} graph breaks: {where}{more} "
+                      "(TC_LOGS=graph_breaks logs each one)")
+
+    # ---- calls at a nested break ---------------------------------------------------------------
+    def call_callee(self, fn, args, kwargs):
+        """The call a region broke inside of, run as compiled frames of its own (``callees``)."""
+        saved = getattr(_tls, "listeners", ())
+        _tls.listeners = (*saved, *self.listeners)
+        try:
+            if plain_module_call(fn):
+                forward, lead = module_forward(fn)
+                return call_module(fn, tuple(args), kwargs, lambda a, k: self._call_function(forward, (*lead, *a), k))
+            target = python_target(fn)
+            if target is None:
+                return fn(*args, **kwargs)
+            func, lead = target
+            return self._call_function(func, (*lead, *args), kwargs)
+        finally:
+            _tls.listeners = saved
+
+    def _call_function(self, func, args: tuple, kwargs: dict):
+        if not isinstance(func, types.FunctionType) or func.__code__.co_flags & 0xA0:
+            return func(*args, **kwargs)  # not Python code, or a generator: runs natively
+        cache = self.callees.get(func.__code__)
+        if cache is None:
+            cache = self.callees[func.__code__] = callee_cache(func, self.backend, self.limit)
+        if cache.globals is not func.__globals__:
+            return func(*args, **kwargs)
+        return cache.call(binder(func)(args, kwargs), args, kwargs, func)
 
     def _give_up(self, frame: CFrame, offset: int, F, C):
         """The rest of the frame in Python: as native bytecode where we can rebuild the frame."""
@@ -176,6 +250,8 @@ class FrameCache:
             locals_, stack, cells = out
             frame = CFrame(self.code, self.globals, locals_, stack, cells, entry.break_ip)
             frame.kw_names = entry.kw_names
+            if entry.breaks and entry.breaks[0].nested:
+                frame.callee = self.call_callee
             if frame.insts[frame.ip].opname not in CONCRETE_OPS:  # nothing ran yet: CPython runs it
                 return self._give_up(frame, *frame.state())
             saved = list(frame.stack)
@@ -197,10 +273,49 @@ class FrameCache:
             entry = self.lookup(offset, F, C) or self.miss(offset, F, C)
             if entry is None:
                 return self._give_up(frame, offset, F, C)
+            _tally(entry)
             with COMPILING:
                 out = entry.run(F, C)
             if entry.break_ip is None:
                 return out
+
+
+def _tally(entry: Entry) -> None:
+    tally = getattr(_tls, "tally", None)
+    if tally is not None:
+        tally.append(entry)
+
+
+MANY_BREAKS = 8  # a first call with this many graph breaks warns (as does one with no graph)
+
+# Weak values: a cache lives as long as a compiled function, module or caller cache holding it.
+SHARED_CACHES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def frame_cache(fn, backend, fullgraph: bool, recompile_limit: int) -> FrameCache:
+    """The one cache of ``fn``'s frame for this back end and settings.
+
+    Shared by every ``optimize`` of the same function with the same back end, so one block
+    class compiled per instance (regional compilation) compiles once: parameters are graph
+    inputs, and guards check types and state, not which instance it is.
+    """
+    key = (fn, backend, fullgraph, recompile_limit)
+    cache = SHARED_CACHES.get(key)
+    if cache is None:
+        cache = SHARED_CACHES[key] = FrameCache(fn, backend, fullgraph, recompile_limit)
+    return cache
+
+
+def callee_cache(fn, backend, recompile_limit: int) -> FrameCache:
+    """The cache of a function called at a nested break, keyed by its code object (a closure made
+    on every call is one frame; its cells are guarded like any closure's) and its globals."""
+    key = (fn.__code__, id(fn.__globals__), backend, recompile_limit)
+    cache = SHARED_CACHES.get(key)
+    if cache is None or cache.globals is not fn.__globals__:
+        cache = SHARED_CACHES[key] = FrameCache(fn, backend, False, recompile_limit)
+        cache.fn = None  # called with each call's function object, never held
+        cache.reported = True  # its first call is tallied by the caller's
+    return cache
 
 
 # Names that read the exception being handled (``sys.exc_info()``, ``traceback.print_exc()``):

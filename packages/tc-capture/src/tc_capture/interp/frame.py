@@ -103,6 +103,7 @@ class Frame:
                 self._locate(e, inst)
                 if self.parent is None:
                     raise BreakHere(inst.offset, e) from e
+                e.nested = True  # the outermost frame's instruction called code that broke inside
                 raise
             except (BreakHere, RecursionError):
                 raise
@@ -110,6 +111,7 @@ class Frame:
                 err = self._locate(Unsupported(f"capture failed on {inst.opname}: {type(e).__name__}: {e}"), inst)
                 if self.parent is None:
                     raise BreakHere(inst.offset, err) from e
+                err.nested = True
                 raise err from e
 
     def _locate(self, e: Unsupported, inst) -> Unsupported:

@@ -70,31 +70,44 @@ def op_build_string(f, inst):
 @handler("LIST_APPEND")
 def op_list_append(f, inst):
     v = f.pop()
-    f.stack[-inst.arg].items.append(v)
+    target = _building(f, inst)
+    target.items.append(v)
+
+
+def _building(f, inst):
+    """The container a comprehension or display is building, noted as mutated when it came from
+    the frame state (a comprehension resumed after a graph break in its body: the region's
+    appends are replayed onto the real list, as any sourced container's mutations are)."""
+    target = f.stack[-inst.arg]
+    if target.source is not None:
+        if not isinstance(target, (ListV, DictV)):
+            raise Unsupported(f"adding to a {type(target).__name__} built across a graph break")
+        f.session.note_mutation(target)
+    return target
 
 
 @handler("SET_ADD")
 def op_set_add(f, inst):
     v = f.pop()
-    set_add(f.stack[-inst.arg].items, v)
+    set_add(_building(f, inst).items, v)
 
 
 @handler("MAP_ADD")
 def op_map_add(f, inst):
     value, key = f.pop(), f.pop()
-    f.stack[-inst.arg].items[realize_const(key)] = value
+    _building(f, inst).items[realize_const(key)] = value
 
 
 @handler("LIST_EXTEND")
 def op_list_extend(f, inst):
     v = f.pop()
-    f.stack[-inst.arg].items.extend(items_of(f, v))
+    _building(f, inst).items.extend(items_of(f, v))
 
 
 @handler("SET_UPDATE")
 def op_set_update(f, inst):
     v = f.pop()
-    target = f.stack[-inst.arg]
+    target = _building(f, inst)
     for item in items_of(f, v):
         set_add(target.items, item)
 
@@ -102,7 +115,7 @@ def op_set_update(f, inst):
 @handler("DICT_UPDATE", "DICT_MERGE")
 def op_dict_update(f, inst):
     v = f.pop()
-    target = f.stack[-inst.arg]
+    target = _building(f, inst)
     if isinstance(v, DictV):
         target.items.update(v.items)
     elif isinstance(v, Const) and isinstance(v.value, dict):

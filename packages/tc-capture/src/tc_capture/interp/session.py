@@ -35,6 +35,7 @@ class Unsupported(Exception):
         self.reason = reason
         self.filename: str | None = None
         self.lineno: int | None = None
+        self.nested = False  # raised inside an inlined call (the call then runs as a frame of its own)
 
 
 class ResumeIter:
