@@ -60,9 +60,6 @@ def tanh_amax(x):
     return torch.tanh(x).amax(-1, keepdim=True)
 
 
-@pytest.mark.xfail(strict=True, reason="inductor.md (fuzz-triage): the C++ back end evaluates "
-                   "tanh with libmvec's SIMD variant in some loops/lanes and scalar libm in others; "
-                   "amax's backward mask (amax == recomputed tanh) then disagrees with its count")
 def test_fuzz_amax_backward_of_a_recomputed_tanh_on_an_expanded_input():
     # seed 4383 (shrunk by hand): every element of the expanded input is the same value, so amax
     # ties 5 ways; eager's gradient is (1 - tanh^2), tc's 0 or 5 times that for ~1 value in 3.
