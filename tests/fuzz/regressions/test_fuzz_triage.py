@@ -39,7 +39,10 @@ def expand_then_foreach_write(x):
 @pytest.mark.parametrize("fn", [select_then_foreach_write, expand_then_foreach_write])
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_fuzz_view_of_an_input_read_after_a_foreach_write_to_it(fn, backend):
-    # seeds 1237 and 1051 (shrunk by hand): the forward values match; the view's gradient is
+    # seeds 1237, 1051 and 6427 (shrunk by hand): the forward values match; the view's gradient is
+    # the one before the write. TC_LOGS=aot shows the joint backward computing
+    # 0.5 * tangent_x + select_backward(tangent_v0), not 0.5 * (tangent_x + select_backward(...)):
+    # in the joint trace the view's gradient reaches x without passing through _foreach_mul.
     # the one before the write (1 where eager gives 0.5). x.mul_(0.5) instead of the foreach passes.
     compiled = tc.compile(fn, backend=backend)
     for _ in range(2):
