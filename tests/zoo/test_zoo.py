@@ -14,7 +14,6 @@ _MANY_BREAKS = ("tc-capture: 8 graph breaks (copy.deepcopy of a config while bui
                 "once-per-function warning for a high break count, which this harness counts as a fallback")
 KNOWN: dict[tuple[str, str], str] = {
     ("hf/bart", "infer"): _MANY_BREAKS,
-    ("timm/densenet121", "train"): "inductor.md: timm densenet training, gradients wrong on the first call only",
 }
 
 
