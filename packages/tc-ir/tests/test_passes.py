@@ -102,3 +102,16 @@ def test_lift_held_makes_inputs_after_the_others():
     assert values[0] is g.tensors["w"] and set(lifted.tensors) == {"k"}
     t = torch.randn(8)
     torch.testing.assert_close(tc_ir.interpret(lifted, [t, *values]), tc_ir.interpret(g, [t]))
+
+
+def test_cse_keeps_calls_of_targets_without_an_exact_name():
+    def local_double(x):  # a local function: no importable name tells it apart from another
+        return x * 2
+
+    g = Graph()
+    x = g.input("x", TensorSpec((3,), torch.float32))
+    g.output((g.call(local_double, x), g.call(local_double, x)))
+    merged = tc_ir.passes.cse(g)
+    assert len(merged.calls) == 2
+    t = torch.randn(3)
+    assert all(torch.equal(out, t * 2) for out in tc_ir.interpret(merged, [t]))

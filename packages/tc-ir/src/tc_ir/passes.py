@@ -11,7 +11,7 @@ import torch
 
 from .graph import Graph
 from .node import Node, map_structure
-from .targets import is_pure, target_name
+from .targets import TargetError, is_pure, target_name
 from .text import format_value
 
 
@@ -40,7 +40,11 @@ def cse(graph: Graph) -> Graph:
     for node in list(graph.nodes):
         if not node_is_pure(node):
             continue
-        key = f"{target_name(node.target)}({format_value(node.args)}, {format_value(node.kwargs)})"
+        try:
+            name = target_name(node.target)
+        except TargetError:  # no exact name: it cannot be told apart from another target, so keep it
+            continue
+        key = f"{name}({format_value(node.args)}, {format_value(node.kwargs)})"
         if key in seen:
             node.replace_all_uses_with(seen[key])
             graph.erase(node)
