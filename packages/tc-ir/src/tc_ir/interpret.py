@@ -10,7 +10,7 @@ import torch
 
 from .graph import Graph
 from .node import Node, map_structure
-from .spec import TensorSpec
+from .spec import ScalarSpec, TensorSpec
 
 
 class InterpretError(RuntimeError):
@@ -56,16 +56,25 @@ def bind_sizes(graph: Graph, inputs: Sequence[Any]) -> dict[sympy.Symbol, int]:
     sizes: dict[sympy.Symbol, int] = {}
     checks: list[tuple[Node, int, Any, int]] = []
     for node, value in zip(graph.inputs, inputs):
+        if isinstance(node.spec, ScalarSpec) and node.spec.expr is not None:
+            _bind(node.spec.expr, int(value), sizes, checks, node, -1)
+            continue
         if not isinstance(node.spec, TensorSpec) or not isinstance(value, torch.Tensor):
             continue
         if value.ndim != node.spec.ndim:
             raise InterpretError(f"input %{node.name}: expected {node.spec.ndim} dims, got {value.ndim}")
         for dim, (want, got) in enumerate(zip(node.spec.shape, value.shape)):
-            if isinstance(want, sympy.Symbol) and want not in sizes:
-                sizes[want] = int(got)
-            else:
-                checks.append((node, dim, want, int(got)))
+            _bind(want, int(got), sizes, checks, node, dim)
     for node, dim, want, got in checks:
         if (want.subs(sizes) if isinstance(want, sympy.Expr) else want) != got:
-            raise InterpretError(f"input %{node.name}: size {dim} should be {want}, got {got}")
+            where = "value" if dim < 0 else f"size {dim}"
+            raise InterpretError(f"input %{node.name}: {where} should be {want}, got {got}")
     return sizes
+
+
+def _bind(want: Any, got: int, sizes: dict, checks: list, node: Node, dim: int) -> None:
+    """The first plain symbol seen takes its value; everything else is checked once all are bound."""
+    if isinstance(want, sympy.Symbol) and want not in sizes:
+        sizes[want] = got
+    else:
+        checks.append((node, dim, want, got))

@@ -150,12 +150,18 @@ class TensorSpec:
 
 @attrs.frozen
 class ScalarSpec:
-    """A Python number or bool flowing through a graph (a size, ``.item()``, a flag)."""
+    """A Python number or bool flowing through a graph (a size, ``.item()``, a flag).
+
+    ``expr`` is set on an ``int`` that is a size: the symbol (or expression over symbols) it equals.
+    A graph input ``ScalarSpec(int, sym("s0"))`` binds ``s0`` from the int passed at run time, for
+    graphs (such as a backward) that need a size no tensor input carries.
+    """
 
     type: type
+    expr: Any = attrs.field(default=None, converter=lambda e: None if e is None else normalize_dim(e))
 
     def __str__(self) -> str:
-        return self.type.__name__
+        return self.type.__name__ if self.expr is None else f"{self.type.__name__}={format_dim(self.expr)}"
 
 
 SCALAR_TYPES = {t.__name__: t for t in (int, float, bool, complex)}

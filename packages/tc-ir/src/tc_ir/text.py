@@ -351,6 +351,9 @@ def parse_spec(text: str) -> Any:
         return None
     if text in SCALAR_TYPES:
         return ScalarSpec(SCALAR_TYPES[text])
+    scalar, eq, expr = text.partition("=")
+    if eq and scalar in SCALAR_TYPES:
+        return ScalarSpec(SCALAR_TYPES[scalar], parse_size(expr))
     if text.startswith("(") and text.endswith(")"):
         return tuple(parse_spec(part) for part in _split_top(text[1:-1]) if part.strip())
     match = re.match(r"^(\w+)\[(.*?)\] (\S+)( stride=\[(.*?)\])?( grad)?$", text)
