@@ -13,7 +13,7 @@ def _flatten_graph() -> tc_ir.Graph:
     g = tc_ir.Graph("flat")
     x = g.input("x", TensorSpec((s0, 3)))
     n = g.input("n", ScalarSpec(int, s1))
-    g.output(g.call(torch.ops.aten.view.default, x, [3 * s0]), n)
+    g.output((g.call(torch.ops.aten.view.default, x, [3 * s0]), n))
     return g
 
 
