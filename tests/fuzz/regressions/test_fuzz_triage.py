@@ -34,16 +34,12 @@ def expand_then_foreach_write(x):
     return v0 * 1.0
 
 
-@pytest.mark.xfail(strict=True, reason="autograd.md (fuzz-triage): a view taken before a "
-                   "_foreach_*_ write to its base keeps the base's old history in backward")
 @pytest.mark.parametrize("fn", [select_then_foreach_write, expand_then_foreach_write])
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_fuzz_view_of_an_input_read_after_a_foreach_write_to_it(fn, backend):
-    # seeds 1237, 1051 and 6427 (shrunk by hand): the forward values match; the view's gradient is
-    # the one before the write. TC_LOGS=aot shows the joint backward computing
-    # 0.5 * tangent_x + select_backward(tangent_v0), not 0.5 * (tangent_x + select_backward(...)):
-    # in the joint trace the view's gradient reaches x without passing through _foreach_mul.
-    # the one before the write (1 where eager gives 0.5). x.mul_(0.5) instead of the foreach passes.
+    # seeds 1237, 1051 and 6427 (shrunk by hand): the view's gradient skipped the write (1 where
+    # eager gives 0.5). _foreach_*_ ops have no ADInplaceOrView kernel, so on the joint trace's fake
+    # tensors nothing bumped the base's version and autograd never regenerated the view's history.
     compiled = tc.compile(fn, backend=backend)
     for _ in range(2):
         leaf = torch.randn(5, 4, requires_grad=True)

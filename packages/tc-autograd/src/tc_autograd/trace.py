@@ -181,12 +181,39 @@ class Recorder(TorchDispatchMode):
                 out = self.decompositions[func](*args, **kwargs)
             if out is not NotImplemented:
                 return out
+        written = _written_tensors(func, args, kwargs)
+        versions = [t._version for t in written]
         out = func(*args, **kwargs)
+        _bump_versions_eager_would(func, written, versions)
         # ``_foreach_add_`` and friends return nothing: their writes alone must be recorded.
-        if has_tensor(out) or mutated_args(func):
+        if has_tensor(out) or written:
             rule = MUTATION_RULES.get(func)
             (rule or record_op)(self, func, args, kwargs, out)
         return out
+
+
+def _written_tensors(func: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """The tensors an op writes (every element of a ``_foreach_*_`` op's list)."""
+    written = mutated_args(func)
+    if not written:
+        return []
+    argv = _bound_args(func, args, kwargs)
+    return [t for k in written for t in tc_ir.leaves(argv[k]) if isinstance(t, torch.Tensor)]
+
+
+def _bump_versions_eager_would(func: Any, written: list[torch.Tensor], versions: list[int]) -> None:
+    """Ops with no ADInplaceOrView kernel (``_foreach_mul_``, ``_fused_adam_``) bump their
+    tensors' versions only inside eager's CPU kernels, which re-dispatch per tensor; on fake
+    tensors nothing bumps them, and autograd then never regenerates the history of a view taken
+    before the write, so the view's gradient would skip the write (it reached the base's old
+    value). Bump once, where the kernel did not, on tensors that carry autograd history: stats
+    such as ``_batch_norm_with_update``'s running mean are written without a bump in eager too,
+    and the op's own backward saved them."""
+    if not written or torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "ADInplaceOrView"):
+        return
+    for t, before in zip(written, versions):
+        if t.requires_grad and t._version == before:
+            torch.autograd.graph.increment_version(t)
 
 
 def record_op(rec: Recorder, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
