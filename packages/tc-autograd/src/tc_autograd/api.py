@@ -5,18 +5,21 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import sympy
 import torch
 
 import tc_ir
 
 from . import cache as trace_cache
 from . import passes
+from . import symbolic as sym_sizes
 from .joint import Traced, trace
 from .partition import Partition
 from .partition import partition as split
 from .runtime import InferenceRunner, TrainingRunner, WrongVariant, storage_groups
 
 INFERENCE = "inference"  # the variant key when nothing is differentiated
+MAX_SIZE_TRACES = 8      # traces of one variant for sizes earlier traces' guards refused
 Compiler = Callable[[tc_ir.Graph, Sequence[Any]], Callable]
 log = tc_ir.logs.get_logger("aot")
 
@@ -38,8 +41,14 @@ def interpret_compiler(graph: tc_ir.Graph, example_inputs: Sequence[Any]) -> Cal
     return lambda *args: tc_ir.interpret(graph, args)
 
 
-def example_of(spec: Any) -> Any:
-    """A tensor fitting ``spec`` (what a backward compiler gets as example inputs)."""
+def example_of(spec: Any, hints: dict | None = None) -> Any:
+    """A tensor fitting ``spec`` (what a backward compiler gets as example inputs); symbolic
+    sizes take their ``hints`` (the sizes traced), an int input binding a symbol its hint."""
+    if hints and isinstance(spec, tc_ir.ScalarSpec) and spec.expr is not None:
+        return int(sympy.sympify(spec.expr).xreplace(hints))
+    if hints and isinstance(spec, tc_ir.TensorSpec) and not spec.is_static:
+        at = lambda d: int(sympy.sympify(d).xreplace(hints))  # noqa: E731
+        spec = spec.with_(shape=tuple(map(at, spec.shape)), stride=tuple(map(at, spec.stride)))
     if isinstance(spec, tc_ir.TensorSpec):
         # in the forward's layout: a backward compiled for another one copies each saved input per call
         if spec.is_static and all(spec.shape):
@@ -60,11 +69,18 @@ class Compiled:
 
     With a store in ``options["cache"]``, the graphs come from the trace cache when an entry
     fits (see :mod:`tc_autograd.cache`), and a fresh trace is stored there.
+
+    A graph with size symbols is traced symbolically (never cached): ``guards`` are the size
+    relations the trace relied on (sympy, over the graph's symbols) and ``guard(inputs)`` checks
+    them; ``guard`` is None for a static graph. ``other`` is the next trace of the same variant,
+    made for sizes this one's guards refused.
     """
 
     def __init__(self, graph: tc_ir.Graph, inputs: Sequence[Any], key: Any, options: dict):
         self.key = key
-        store = options.get("cache")
+        self.other: Compiled | None = None
+        symbolic = bool(sym_sizes.graph_symbols(graph))
+        store = None if symbolic else options.get("cache")
         cache_key = trace_cache.trace_key(graph, inputs, key, options) if store is not None else None
         hit = _cache_get(store, cache_key, len(inputs)) if cache_key else None
         if hit is None:
@@ -74,6 +90,9 @@ class Compiled:
         else:
             traced, graphs, num_saved = hit
         self.traced, self._joint = traced, graphs.get("joint")
+        self.guards: list = list(traced.guards)
+        self.guard = sym_sizes.guard_function(self.guards, sym_sizes.binding_places(graph)) if symbolic else None
+        hints = traced.graph.meta.get("size_hints") if symbolic else None
         self.partition: Partition | None = None
         if traced.is_joint:
             forward, backward = graphs["forward"], graphs["backward"]
@@ -83,9 +102,11 @@ class Compiled:
             _show("backward", backward)
             log.debug("%s", self.partition.saved_summary())
             fw = options["fw_compiler"](forward, list(inputs))
-            bw_examples = [example_of(n.spec) for n in backward.inputs]
+            bw_examples = [example_of(n.spec, hints) for n in backward.inputs]
             bw = options["bw_compiler"](backward, bw_examples)
-            self.runner: Any = TrainingRunner(traced, fw, bw, num_saved, key)
+            sizes = graphs.get("backward_sizes")
+            reader = sym_sizes.size_reader(sizes, sym_sizes.binding_places(forward)) if sizes else None
+            self.runner: Any = TrainingRunner(traced, fw, bw, num_saved, key, reader)
         else:
             _show("inference", traced.graph)
             self.runner = InferenceRunner(traced, options["fw_compiler"](traced.graph, list(inputs)))
@@ -105,7 +126,12 @@ def _trace(graph: tc_ir.Graph, inputs: Sequence[Any], key: Any, options: dict) -
         return traced, {"inference": traced.graph}, 0
     _show("joint", traced.graph)
     part = split(traced.graph, options["partition"])
-    return traced, {"joint": traced.graph, "forward": part.forward, "backward": part.backward}, len(part.saved)
+    graphs = {"joint": traced.graph, "forward": part.forward, "backward": part.backward}
+    if traced.graph.meta.get("size_hints"):
+        part.forward.meta["size_hints"] = part.backward.meta["size_hints"] = traced.graph.meta["size_hints"]
+        # Sizes the backward needs that no saved tensor carries come from the forward's inputs.
+        graphs["backward_sizes"] = sym_sizes.add_size_inputs(part.backward)
+    return traced, graphs, len(part.saved)
 
 
 def _cache_get(store: Any, key: str, num_inputs: int) -> tuple[Traced, dict, int] | None:
@@ -149,18 +175,41 @@ class AOTFunction:
 
     def variant(self, inputs: Sequence[Any]) -> Compiled:
         key = self.key(inputs)
-        compiled = self.variants.get(key)
+        compiled, tried = self.variants.get(key), 0
+        while compiled is not None and compiled.guard is not None and not compiled.guard(inputs):
+            compiled, tried = compiled.other, tried + 1  # sizes its trace did not admit: the next one
         if compiled is None:
             try:
-                compiled = self.variants[key] = Compiled(self.graph, inputs, _grad_key(key), self.options)
+                if tried >= MAX_SIZE_TRACES:
+                    raise NotImplementedError(
+                        f"tc_autograd: graph {self.graph.name} was traced {tried} times for sizes the earlier "
+                        f"traces' guards refused (last guards: {self._last_guards(key)}); not tracing again")
+                compiled = Compiled(self.graph, inputs, _grad_key(key), self.options)
                 self.writes_inputs |= bool(compiled.traced.mutated_inputs)
             except Exception as e:
                 # Callers (the umbrella's eager fallback) may retry the call another way: tell
                 # them that nothing of the graph ran.
                 e.tc_while_compiling = True
                 raise
+            self._append(key, compiled)
         self.last = compiled
         return compiled
+
+    def _append(self, key: Any, compiled: Compiled) -> None:
+        head = self.variants.get(key)
+        if head is None:
+            self.variants[key] = compiled
+            return
+        while head.other is not None:
+            head = head.other
+        head.other = compiled
+        log.debug("graph %s traced again for sizes outside the guards %s", self.graph.name, head.guards)
+
+    def _last_guards(self, key: Any) -> list:
+        head = self.variants.get(key)
+        while head is not None and head.other is not None:
+            head = head.other
+        return head.guards if head is not None else []
 
     def __call__(self, *inputs: Any) -> Any:
         """Run the variant of the last call when it still fits, without building a key.
@@ -172,7 +221,7 @@ class AOTFunction:
         if len(inputs) != self.num_inputs:
             raise TypeError(f"tc_autograd: graph {self.graph.name} takes {self.num_inputs} inputs, got {len(inputs)}")
         last = self.last
-        if last is not None:
+        if last is not None and (last.guard is None or last.guard(inputs)):
             try:
                 if last.key is not INFERENCE:
                     if torch.is_grad_enabled():
@@ -195,6 +244,12 @@ class AOTFunction:
     @property
     def backward_graph(self) -> tc_ir.Graph | None:
         return self.last.partition.backward if self.last and self.last.partition else None
+
+    @property
+    def guards(self) -> list:
+        """The size relations (sympy, over the graph's size symbols) the last variant's trace
+        relied on; empty for a static graph. Calls whose sizes break one are traced again."""
+        return list(self.last.guards) if self.last else []
 
     @property
     def inference_graph(self) -> tc_ir.Graph | None:

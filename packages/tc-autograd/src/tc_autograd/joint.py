@@ -22,6 +22,7 @@ import tc_ir
 from .attention import bind_attention
 from .cond import bind_higher_order
 from .functionalize import storage_groups
+from .symbolic import Symbols, graph_symbols
 from .trace import Recorder, clean_spec, has_tensor, interpret_unwrapped, refusing_data_dependence
 
 
@@ -47,21 +48,29 @@ class Traced:
     differentiable: list[bool]     # per forward value: does it carry a gradient
     grad_inputs: list[int]         # input positions that receive gradients (joint only)
     is_joint: bool
+    guards: list = attrs.field(factory=list)   # size relations the trace relied on (symbolic traces)
 
 
 def _fake_inputs(mode: FakeTensorMode, graph: tc_ir.Graph, rec: Recorder, inputs: Sequence[Any],
-                 training: bool) -> tuple[list[Any], list[Any]]:
-    """Fake twins of the inputs, each bound to a new graph input; also the autograd leaves."""
+                 training: bool, symbols: Symbols | None = None) -> tuple[list[Any], list[Any]]:
+    """Fake twins of the inputs, each bound to a new graph input; also the autograd leaves.
+
+    With ``symbols``, an input whose spec holds size symbols gets a fake with SymInt sizes (an
+    int input binding a symbol, that symbol's SymInt); the others are fakes of the real input."""
     fakes, leaves = [], []
     for i, (node, value) in enumerate(zip(graph.inputs, inputs)):
-        spec = clean_spec(value) if isinstance(value, torch.Tensor) else tc_ir.spec_of(value)
-        placeholder = rec.graph.input(node.name, spec)
-        placeholder.meta["role"] = "primal"
         if not isinstance(value, torch.Tensor):
-            fakes.append(value)
+            fake_value = symbols.fake_value(node.spec, value) if symbols else value
+            spec = node.spec if fake_value is not value else tc_ir.spec_of(value)
+            placeholder = rec.graph.input(node.name, spec)
+            placeholder.meta["role"] = "primal"
+            fakes.append(fake_value)
             leaves.append(None)
             continue
-        leaf = mode.from_tensor(value.detach())
+        symbolic = symbols is not None and isinstance(node.spec, tc_ir.TensorSpec) and not node.spec.is_static
+        leaf = symbols.fake_input(mode, node.spec) if symbolic else mode.from_tensor(value.detach(), static_shapes=True)
+        placeholder = rec.graph.input(node.name, clean_spec(leaf if symbolic else value))
+        placeholder.meta["role"] = "primal"
         if training and value.requires_grad:
             leaf.requires_grad_(True)
         with mode:
@@ -156,13 +165,15 @@ def _same_layout(storage: Any) -> bool:
 
 def trace(graph: tc_ir.Graph, inputs: Sequence[Any], decompositions: dict | None, training: bool) -> Traced:
     """Trace ``graph`` on fake twins of ``inputs``; ``training`` adds the backward (joint graph)."""
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    symbols = Symbols(graph, inputs) if graph_symbols(graph) else None
+    mode = FakeTensorMode(allow_non_fake_inputs=True, shape_env=symbols.env if symbols else None)
     rec = Recorder(tc_ir.Graph(f"{graph.name}_{'joint' if training else 'forward'}"), decompositions)
-    fakes, leaves = _fake_inputs(mode, graph, rec, inputs, training)
+    fakes, leaves = _fake_inputs(mode, graph, rec, inputs, training, symbols)
     # cuDNN batch norm writes running stats behind its schema's back and needs its reserve
     # buffer in the backward; with cuDNN off, CUDA batch norm traces as native_batch_norm.
     with mode, rec, torch.set_grad_enabled(training), _no_autocast_leak(), torch.backends.cudnn.flags(enabled=False):
-        outs = interpret_unwrapped(bind_attention(bind_higher_order(graph, rec)), fakes)
+        runnable = symbols.runnable(graph) if symbols else graph
+        outs = interpret_unwrapped(bind_attention(bind_higher_order(runnable, rec)), fakes)
     nodes: list[tc_ir.Node] = []
     tensors: list[torch.Tensor] = []
     shared = _shared_storages(outs, rec)
@@ -178,7 +189,21 @@ def trace(graph: tc_ir.Graph, inputs: Sequence[Any], decompositions: dict | None
     if is_joint:
         grads = _trace_backward(mode, rec, fw_fakes, differentiable, [leaves[i] for i in grad_inputs])
     rec.graph.output((tuple(values), tuple(grads)) if is_joint else tuple(values))
-    return Traced(rec.graph, plan, len(nodes), mutated, differentiable, grad_inputs if is_joint else [], is_joint)
+    guards = []
+    if symbols is not None:
+        _check_static_plan(plan)
+        symbols.finish(rec.graph)
+        guards = symbols.guards()
+    return Traced(rec.graph, plan, len(nodes), mutated, differentiable, grad_inputs if is_joint else [], is_joint,
+                  guards)
+
+
+def _check_static_plan(plan: Any) -> None:
+    """The runtime rebuilds outputs from the plan with the values it holds: a symbolic size in it
+    (an output that is a size, a view of an input sliced at a symbolic bound) would be stale."""
+    for leaf in tc_ir.leaves(plan):
+        if any(isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)) for v in tc_ir.leaves(leaf.args)):
+            raise NotImplementedError(f"tc_autograd: an output rebuilt from a symbolic size ({leaf.kind} {leaf.args})")
 
 
 def _check_writable(inputs: Sequence[Any], mutated: list[int]) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 import attrs
 import networkx as nx
+import sympy
 import torch
 
 import tc_ir
@@ -47,9 +48,14 @@ def is_recomputable(node: tc_ir.Node) -> bool:
 def nbytes(node: tc_ir.Node) -> int | float:
     """Bytes kept alive by saving ``node``; infinite for values that cannot be saved (tuples)."""
     spec = node.spec
-    if not isinstance(spec, tc_ir.TensorSpec) or not spec.is_static:
+    if not isinstance(spec, tc_ir.TensorSpec):
         return math.inf
-    return spec.numel * spec.dtype.itemsize
+    if spec.is_static:
+        return spec.numel * spec.dtype.itemsize
+    hints = node.graph.meta.get("size_hints")  # a symbolic trace: weigh at the sizes traced
+    if not hints:
+        return math.inf
+    return int(sympy.sympify(spec.numel).xreplace(hints)) * spec.dtype.itemsize
 
 
 @attrs.define

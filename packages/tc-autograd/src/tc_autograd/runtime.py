@@ -160,9 +160,10 @@ class InferenceRunner:
 class TrainingRunner:
     """Forward and backward graphs joined by a ``torch.autograd.Function``."""
 
-    def __init__(self, traced: Traced, forward: Callable, backward: Callable, num_saved: int, pattern: tuple):
+    def __init__(self, traced: Traced, forward: Callable, backward: Callable, num_saved: int, pattern: tuple,
+                 sizes: Callable | None = None):
         self.traced, self.num_saved = traced, num_saved
-        self.function = _make_function(traced, forward, backward, pattern)
+        self.function = _make_function(traced, forward, backward, pattern, sizes)
         self.apply = _direct_apply(self.function)
         self.rebuild, self.rebuild_source = make_rebuild(traced.plan)
         self.mutated, self.num_user = traced.mutated_inputs, traced.num_user_outputs
@@ -196,7 +197,9 @@ def _grad_scatter(grad_inputs: list[int], num_inputs: int) -> Callable[[Sequence
     return names["scatter"]
 
 
-def _make_function(traced: Traced, forward: Callable, backward: Callable, pattern: tuple) -> type:
+def _make_function(traced: Traced, forward: Callable, backward: Callable, pattern: tuple,
+                   sizes: Callable | None) -> type:
+    """``sizes(inputs)``: ints the backward takes last (symbolic sizes no saved tensor carries)."""
     num_values = len(traced.differentiable)
     non_differentiable = [k for k, d in enumerate(traced.differentiable) if not d]
     differentiable = [k for k, d in enumerate(traced.differentiable) if d]
@@ -216,6 +219,7 @@ def _make_function(traced: Traced, forward: Callable, backward: Callable, patter
             if mutated:
                 saved = _protect_from_copy_back(saved, [inputs[i] for i in mutated])
             ctx.save_for_backward(*saved)
+            ctx.sizes = sizes(inputs) if sizes is not None else ()
             if non_differentiable:
                 ctx.mark_non_differentiable(*[values[k] for k in non_differentiable])
             return values
@@ -230,11 +234,11 @@ def _make_function(traced: Traced, forward: Callable, backward: Callable, patter
                 tangents = [cotangents[k].contiguous() for k in differentiable]
             if boxed is None:
                 with no_ambient_autocast():
-                    grads = backward(*ctx.saved_tensors, *tangents)
+                    grads = backward(*ctx.saved_tensors, *tangents, *ctx.sizes)
                 return scatter(grads)
             # Hand the saved tensors over (unless retain_graph keeps them): the compiled backward
             # frees each after its last use, as eager's autograd frees them node by node.
-            args = [*ctx.saved_tensors, *tangents]
+            args = [*ctx.saved_tensors, *tangents, *ctx.sizes]
             del tangents
             ctx.maybe_clear_saved_tensors()
             with no_ambient_autocast():

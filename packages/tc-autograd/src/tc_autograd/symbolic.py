@@ -1,0 +1,343 @@
+"""Symbolic sizes through the trace: our size symbols <-> a ``ShapeEnv``'s, and the guards.
+
+A torch-level graph whose input specs hold ``tc_ir.sym`` symbols is traced on fake tensors whose
+sizes are ``SymInt``s: one ShapeEnv symbol per graph symbol, with the example inputs' sizes as
+hints. Every spec and argument the recorder writes is then an expression over the ShapeEnv's
+symbols; :meth:`Symbols.finish` rewrites the whole ATen graph over ours (torch's ``FloorDiv`` /
+``Mod`` / ``ModularIndexing`` become plain sympy ``floor`` / ``Mod``, which tc_ir's text reads).
+
+Whatever the trace assumed about sizes (a branch on ``s0 > 64``, ``s0 == s1`` when two
+tensors were added, ``s0 % 8 == 0`` for a view) the ShapeEnv records as a guard. Those come back
+as sympy relations over our symbols, and :func:`guard_function` compiles them into one
+straight-line Python check run before every call: a call they do not admit is traced again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import sympy
+import torch
+from torch._guards import GuardSource, Source
+from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
+
+import tc_ir
+
+
+@dataclasses.dataclass(frozen=True)
+class _SizeSource(Source):
+    """Where a ShapeEnv symbol comes from: one of the graph's size symbols (names the symbol in
+    the ShapeEnv's messages; tc never asks the ShapeEnv to produce guard code from sources)."""
+
+    symbol: str
+
+    @property
+    def name(self) -> str:
+        return f"tc_size_{self.symbol}"
+
+    def guard_source(self) -> GuardSource:
+        return GuardSource.LOCAL
+
+    def reconstruct(self, codegen: Any) -> None:
+        raise NotImplementedError
+
+
+def graph_symbols(graph: tc_ir.Graph) -> set[sympy.Symbol]:
+    """The size symbols of ``graph``'s input specs (empty for a static graph)."""
+    found: set[sympy.Symbol] = set()
+    for node in graph.inputs:
+        found |= _spec_symbols(node.spec)
+    return found
+
+
+def _spec_symbols(spec: Any) -> set[sympy.Symbol]:
+    if isinstance(spec, tc_ir.TensorSpec):
+        return spec.free_symbols
+    if isinstance(spec, tc_ir.ScalarSpec) and isinstance(spec.expr, sympy.Expr):
+        return set(spec.expr.free_symbols)
+    if isinstance(spec, tuple):
+        return set().union(*map(_spec_symbols, spec)) if spec else set()
+    return set()
+
+
+def binding_places(graph: tc_ir.Graph) -> dict[sympy.Symbol, tuple[int, int]]:
+    """Where each symbol's value is read from the inputs: ``(input, dim)``, dim -1 for an int."""
+    places: dict[sympy.Symbol, tuple[int, int]] = {}
+    for i, node in enumerate(graph.inputs):
+        spec = node.spec
+        if isinstance(spec, tc_ir.ScalarSpec) and isinstance(spec.expr, sympy.Symbol):
+            places.setdefault(spec.expr, (i, -1))
+        elif isinstance(spec, tc_ir.TensorSpec):
+            for d, size in enumerate(spec.shape):
+                if isinstance(size, sympy.Symbol):
+                    places.setdefault(size, (i, d))
+    return places
+
+
+class Symbols:
+    """One symbolic trace's ShapeEnv, with our symbols mapped 1:1 onto its symbols."""
+
+    def __init__(self, graph: tc_ir.Graph, inputs: Sequence[Any]):
+        self.env = ShapeEnv()
+        hints = tc_ir.bind_sizes(graph, inputs)
+        ours = sorted(graph_symbols(graph), key=lambda s: s.name)
+        missing = [s for s in ours if s not in hints]
+        if missing:
+            raise NotImplementedError(f"tc_autograd: size symbols {missing} appear in no input dim by themselves")
+        self.hints: dict[sympy.Symbol, int] = {s: hints[s] for s in ours}
+        self.to_env: dict[sympy.Symbol, sympy.Expr] = {}
+        self.pinned: list[sympy.Expr] = []  # symbols the ShapeEnv specialised at creation (0/1)
+        for s in ours:
+            made = self.env.create_symbol(self.hints[s], source=_SizeSource(s.name), dynamic_dim=DimDynamic.DYNAMIC)
+            self.to_env[s] = made
+            if not isinstance(made, sympy.Symbol):
+                self.pinned.append(sympy.Eq(s, int(made)))
+        self.from_env = {v: k for k, v in self.to_env.items() if isinstance(v, sympy.Symbol)}
+
+    # ---- into the trace ---------------------------------------------------------------------
+    def symint(self, expr: Any) -> Any:
+        """The SymInt (or int) standing for ``expr`` over our symbols."""
+        if not isinstance(expr, sympy.Expr):
+            return expr
+        env_expr = expr.xreplace(self.to_env)
+        if env_expr.is_Integer:
+            return int(env_expr)
+        return self.env.create_symintnode(env_expr, hint=int(expr.xreplace(self.hints)))
+
+    def fake_input(self, mode: Any, spec: tc_ir.TensorSpec) -> torch.Tensor:
+        """A fake tensor with ``spec``'s sizes and strides as SymInts."""
+        with mode:
+            return torch.empty_strided([self.symint(d) for d in spec.shape], [self.symint(d) for d in spec.stride],
+                                       dtype=spec.dtype, device=spec.device)
+
+    def runnable(self, graph: tc_ir.Graph) -> tc_ir.Graph:
+        """A copy of ``graph`` the interpreter can run on symbolic fakes: sizes in node arguments
+        become SymInts, and input specs are dropped (binding them would read each SymInt as an
+        int, which specialises it)."""
+        graph = graph.copy()
+        for g in [graph, *graph.subgraphs()]:
+            for node in g.nodes:
+                if node.op == "input":
+                    node.spec = None
+                elif node.op == "call":
+                    node.args, node.kwargs = tc_ir.map_structure((node.args, node.kwargs), self.symint)
+            g.output(tc_ir.map_structure(g.outputs, self.symint))
+        return graph
+
+    def fake_value(self, spec: Any, value: Any) -> Any:
+        """A non-tensor input: an int input binding a symbol becomes that symbol's SymInt."""
+        if isinstance(spec, tc_ir.ScalarSpec) and isinstance(spec.expr, sympy.Expr):
+            return self.symint(spec.expr)
+        return value
+
+    # ---- out of the trace -------------------------------------------------------------------
+    def ours(self, expr: Any, replace: bool = True) -> Any:
+        """An expression over the ShapeEnv's symbols (or a SymInt) as one over ours; ``replace``
+        applies the ShapeEnv's replacements first (``s1 -> s0`` once ``s0 == s1`` was guarded)."""
+        if isinstance(expr, torch.SymInt):
+            expr = expr.node.expr
+        if not isinstance(expr, sympy.Basic):
+            return expr
+        if replace:
+            expr = self.env.replace(expr)
+        unknown = expr.free_symbols - set(self.from_env)
+        if unknown:
+            raise NotImplementedError(f"tc_autograd: a size the trace made ({expr}) uses symbols of no input "
+                                      f"({sorted(map(str, unknown))}): data-dependent sizes are not supported")
+        return tc_ir.spec.normalize_dim(plain_sympy(expr).xreplace(self.from_env)) if isinstance(expr, sympy.Expr) \
+            else plain_sympy(expr).xreplace(self.from_env)
+
+    def value(self, v: Any) -> Any:
+        """A node argument as tc_ir holds it: SymInts as expressions over our symbols."""
+        if isinstance(v, torch.SymInt):
+            return self.ours(v)
+        if isinstance(v, (torch.SymFloat, torch.SymBool)):
+            raise NotImplementedError(f"tc_autograd: a symbolic {type(v).__name__} ({v}) as an op argument")
+        if isinstance(v, sympy.Expr):
+            return self.ours(v)
+        return v
+
+    def spec(self, spec: Any) -> Any:
+        if isinstance(spec, tc_ir.TensorSpec) and not spec.is_static:
+            return spec.with_(shape=tuple(map(self.ours, spec.shape)), stride=tuple(map(self.ours, spec.stride)))
+        if isinstance(spec, tc_ir.ScalarSpec) and isinstance(spec.expr, sympy.Expr):
+            return tc_ir.ScalarSpec(spec.type, self.ours(spec.expr))
+        if isinstance(spec, tuple):
+            return tuple(self.spec(s) for s in spec)
+        return spec
+
+    def finish(self, graph: tc_ir.Graph) -> None:
+        """Rewrite ``graph`` (and its sub-graphs) over our symbols, in place."""
+        for g in [graph, *graph.subgraphs()]:
+            for node in g.nodes:
+                node.spec = self.spec(node.spec)
+                if node.op == "call":
+                    node.args, node.kwargs = tc_ir.map_structure((node.args, node.kwargs), self.value)
+            g.output(tc_ir.map_structure(g.outputs, self.value))
+        graph.meta["size_hints"] = dict(self.hints)
+
+    def guards(self) -> list[sympy.Basic]:
+        """Every relation between sizes the trace relied on, over our symbols (``s >= 2`` left out:
+        that holds for every symbol by the contract)."""
+        found: list[sympy.Basic] = list(self.pinned)
+        relations = [g.expr for g in self.env.guards]
+        relations += [sympy.Eq(k, v) for k, v in self.env.replacements.items() if k in self.from_env]
+        for relation in relations:
+            ours = self.ours(relation, replace=False)
+            if ours is sympy.true or ours in found:
+                continue
+            if ours is sympy.false:
+                raise AssertionError(f"tc_autograd: a guard is false at the sizes traced: {relation}")
+            found.append(ours)
+        return found
+
+
+# ---- torch's sympy functions as plain sympy (what tc_ir's text and interpreter read) -----------
+def plain_sympy(expr: sympy.Basic) -> sympy.Basic:
+    """``expr`` with torch's integer functions (``FloorDiv``, ``ModularIndexing``, ``CleanDiv``,
+    ``PythonMod``...) written in plain sympy (``floor``, ``Mod``, ``Max``)."""
+    if not expr.args or isinstance(expr, (sympy.Symbol, sympy.Number)):
+        return expr
+    args = [plain_sympy(a) for a in expr.args]
+    rule = _PLAIN.get(type(expr).__name__)
+    if rule is not None:
+        return rule(*args)
+    if type(expr).__module__.startswith("torch"):
+        raise NotImplementedError(f"tc_autograd: size expression {expr} ({type(expr).__name__}) has no tc_ir form")
+    return expr.func(*args)
+
+
+_PLAIN: dict[str, Callable[..., sympy.Basic]] = {
+    "FloorDiv": lambda a, b: sympy.floor(a / b),
+    "CleanDiv": lambda a, b: sympy.floor(a / b),
+    "IntTrueDiv": lambda a, b: a / b,
+    "CeilDiv": lambda a, b: sympy.ceiling(a / b),
+    "ModularIndexing": lambda x, d, m: sympy.Mod(sympy.floor(x / d), m),
+    "Mod": sympy.Mod,
+    "PythonMod": sympy.Mod,
+    "Max": sympy.Max,
+    "Min": sympy.Min,
+    "Identity": lambda a: a,
+}
+
+
+# ---- the run-time check -----------------------------------------------------------------------
+_RELATIONS = {sympy.Eq: "==", sympy.Ne: "!=", sympy.Lt: "<", sympy.Le: "<=", sympy.Gt: ">", sympy.Ge: ">="}
+
+
+def python(expr: sympy.Basic) -> str:
+    """Exact integer Python for a size expression or relation (``//`` for floor division)."""
+    if isinstance(expr, sympy.Integer):
+        return str(int(expr))
+    if isinstance(expr, sympy.Symbol):
+        return expr.name
+    if type(expr) in _RELATIONS:
+        return f"({python(expr.lhs)} {_RELATIONS[type(expr)]} {python(expr.rhs)})"
+    if isinstance(expr, (sympy.And, sympy.Or)):
+        return "(" + (" and " if isinstance(expr, sympy.And) else " or ").join(map(python, expr.args)) + ")"
+    if isinstance(expr, sympy.Not):
+        return f"(not {python(expr.args[0])})"
+    num, den = sympy.fraction(sympy.together(expr))
+    if den != 1:
+        if isinstance(expr, (sympy.floor, sympy.ceiling)):
+            raise ValueError(expr)
+        raise ValueError(f"not an integer expression: {expr}")
+    if isinstance(expr, sympy.Add):
+        return "(" + " + ".join(map(python, expr.args)) + ")"
+    if isinstance(expr, sympy.Mul):
+        return "(" + " * ".join(map(python, expr.args)) + ")"
+    if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and expr.exp >= 0:
+        return f"({python(expr.base)} ** {int(expr.exp)})"
+    if isinstance(expr, (sympy.floor, sympy.ceiling)):
+        n, d = sympy.fraction(sympy.together(expr.args[0]))
+        if isinstance(expr, sympy.floor):
+            return f"({python(n)} // {python(d)})"
+        return f"(-((-{python(n)}) // {python(d)}))"
+    if isinstance(expr, sympy.Mod):
+        return f"({python(expr.args[0])} % {python(expr.args[1])})"
+    if isinstance(expr, (sympy.Max, sympy.Min)):
+        return f"{'max' if isinstance(expr, sympy.Max) else 'min'}({', '.join(map(python, expr.args))})"
+    raise ValueError(f"no Python form for {expr}")
+
+
+def _python_or_none(expr: sympy.Basic) -> str | None:
+    try:
+        return python(expr)
+    except ValueError:
+        return None
+
+
+def guard_function(guards: Sequence[sympy.Basic], places: dict[sympy.Symbol, tuple[int, int]]) -> Callable:
+    """``check(inputs) -> bool``: do the inputs' sizes satisfy every guard? One generated
+    straight-line function (sizes read once, integer arithmetic); a relation with no exact
+    Python form is evaluated with sympy (slow, exact)."""
+    needed = set().union(*(g.free_symbols for g in guards)) if guards else set()
+    if needed - set(places):
+        raise NotImplementedError(f"tc_autograd: guards on sizes no input carries: {needed - set(places)}")
+    names: dict[str, Any] = {"sympy": sympy}
+    lines = ["def check(inputs):"]
+    for s in sorted(needed, key=lambda s: s.name):
+        i, d = places[s]
+        lines.append(f"    {s.name} = int(inputs[{i}])" if d < 0 else f"    {s.name} = inputs[{i}].shape[{d}]")
+    for k, g in enumerate(guards):
+        code = _python_or_none(g)
+        if code is None:
+            names[f"g{k}"] = g
+            syms = ", ".join(f"sympy.Symbol({s.name!r}, integer=True, positive=True): {s.name}"
+                             for s in sorted(g.free_symbols, key=lambda s: s.name))
+            code = f"bool(g{k}.subs({{{syms}}}))"
+        lines.append(f"    if not {code}:\n        return False")
+    lines.append("    return True")
+    source = "\n".join(lines) + "\n"
+    exec(compile(source, "<tc_autograd size guards>", "exec"), names)
+    check = names["check"]
+    check.source = source
+    return check
+
+
+def size_reader(symbols: Sequence[sympy.Symbol], places: dict[sympy.Symbol, tuple[int, int]]) -> Callable:
+    """``read(inputs) -> tuple of ints``: the values of ``symbols`` in the forward's inputs
+    (what a backward needing sizes no saved tensor carries gets as its last inputs)."""
+    items = []
+    for s in symbols:
+        i, d = places[s]
+        items.append(f"int(inputs[{i}])" if d < 0 else f"inputs[{i}].shape[{d}]")
+    names: dict[str, Any] = {}
+    exec(compile(f"def read(inputs):\n    return ({''.join(x + ', ' for x in items)})\n",
+                 "<tc_autograd size reader>", "exec"), names)
+    return names["read"]
+
+
+
+
+def used_symbols(graph: tc_ir.Graph) -> set[sympy.Symbol]:
+    """Every size symbol ``graph`` (or a sub-graph) reads: in specs, arguments and outputs."""
+    found: set[sympy.Symbol] = set()
+    for g in [graph, *graph.subgraphs()]:
+        for node in g.nodes:
+            found |= _spec_symbols(node.spec)
+            for v in tc_ir.leaves((node.args, node.kwargs)):
+                if isinstance(v, sympy.Basic):
+                    found |= v.free_symbols
+        for v in tc_ir.leaves(g.outputs):
+            if isinstance(v, sympy.Basic):
+                found |= v.free_symbols
+    return found
+
+
+def add_size_inputs(graph: tc_ir.Graph) -> list[sympy.Symbol]:
+    """Give ``graph`` (a backward) an int input ``ScalarSpec(int, s)`` for each symbol it uses
+    that no tensor input's dim carries by itself; returns those symbols, in input order."""
+    extra = sorted(used_symbols(graph) - set(binding_places(graph)), key=lambda s: s.name)
+    if not extra:
+        return []
+    first_call = next((n for n in graph.nodes if n.op != "input"), None)
+    for s in extra:
+        if first_call is None:
+            graph.input(f"size_{s.name}", tc_ir.ScalarSpec(int, s))
+        else:
+            with graph.inserting_before(first_call):
+                graph.input(f"size_{s.name}", tc_ir.ScalarSpec(int, s))
+    return extra
