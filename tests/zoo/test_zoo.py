@@ -10,11 +10,7 @@ from zoo_models import CASES
 
 # Known failures, each with the finding that describes it (file in /work/findings and its title).
 # xfail(strict=False): a case that starts passing shows as XPASS in the run, to be removed here.
-_MANY_BREAKS = ("tc-capture: 8 graph breaks (copy.deepcopy of a config while building the cache) trip the "
-                "once-per-function warning for a high break count, which this harness counts as a fallback")
-KNOWN: dict[tuple[str, str], str] = {
-    ("hf/bart", "infer"): _MANY_BREAKS,
-}
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 def _params():
