@@ -15,11 +15,11 @@ umbrella hands the autograd tracer. Options are listed in :class:`Options`.
 """
 
 from .codegen.build import CompilerNotFound
-from .compile import CompiledGraph, compile
+from .compile import CompiledGraph, compile, compile_counters
 from .config import Options
 from .decompositions import decompositions
 from .lowering import LOWERINGS
 
 __version__ = "0.1.0"
 
-__all__ = ["compile", "CompiledGraph", "decompositions", "Options", "CompilerNotFound", "LOWERINGS"]
+__all__ = ["compile", "compile_counters", "CompiledGraph", "decompositions", "Options", "CompilerNotFound", "LOWERINGS"]

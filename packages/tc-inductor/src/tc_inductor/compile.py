@@ -20,7 +20,7 @@ import tc_ir
 
 from . import kir
 from .codegen import choose_backend, triton_mm
-from .codegen.build import cache_dir, verified_read, verified_write
+from .codegen.build import COUNTERS, cache_dir, verified_read, verified_write
 from .config import VERSION, Options
 from .graph_lowering import GraphLowering, LoweredGraph
 from .ir import BufferValue, ComputedBuffer, ExternCall
@@ -107,6 +107,14 @@ def compile(graph: tc_ir.Graph, example_inputs: list, options: dict | Options | 
     compiled.timings = dict(timer.times)
     _report(timer.times, record)
     return compiled
+
+
+def compile_counters() -> dict:
+    """Kernels built in this process so far: ``cpp_kernels`` (C++ sources built or loaded),
+    ``triton_kernels`` (Triton sources imported), ``triton_configs`` (launch configs of
+    size-bucketed Triton kernels: a compile each on a GPU), and their sum ``kernel_builds``."""
+    counts = {k: COUNTERS[k] for k in ("cpp_kernels", "triton_kernels", "triton_configs")}
+    return {**counts, "kernel_builds": sum(counts.values())}
 
 
 def _show_cached(record: dict, graph: tc_ir.Graph) -> None:
@@ -272,12 +280,13 @@ def compile_source(source: str):
     return builtins.compile(source, "<tc_inductor wrapper>", "exec")
 
 
-def _layout(t: Any, shape: tuple, stride: tuple) -> Any:
-    """``t`` in the layout kernels were compiled for (a copy only when it differs)."""
+def _layout(t: Any, shape: tuple, stride: tuple, want: str | None = None) -> Any:
+    """``t`` in the layout kernels were compiled for (a copy only when it differs); ``want`` is
+    the symbolic shape of an input of a graph with size symbols, for the error message."""
     if not isinstance(t, torch.Tensor):
         return t
     if tuple(t.shape) != shape:
-        raise ValueError(f"tc_inductor: compiled for shape {list(shape)}, got {list(t.shape)}")
+        raise ValueError(f"tc_inductor: compiled for shape {want or list(shape)}, got {list(t.shape)}")
     if all(st == want or size <= 1 for st, want, size in zip(t.stride(), stride, shape)):
         return t
     return torch.empty_strided(shape, stride, dtype=t.dtype, device=t.device).copy_(t)
@@ -290,11 +299,20 @@ def _cache_key(graph: tc_ir.Graph, example_inputs: list, opts: Options) -> str |
         text = graph.format(data=True, name="graph", strict=True)  # exact target names, or no key
     except Exception:
         return None
-    specs = [str(tc_ir.spec_of(x)) + (str(x.stride()) if isinstance(x, torch.Tensor) else repr(x))
-             for x in example_inputs]
+    specs = [_input_key(node, x) for node, x in zip(graph.inputs, example_inputs)]
     parts = [text, "|".join(specs), opts.cache_text(), VERSION, _code_version(), torch.__version__, _triton_version(),
              str(triton_mm.allow_tf32())]  # the matmul template's fp32 precision follows torch's flag
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+
+
+def _input_key(node: tc_ir.Node, example: Any) -> str:
+    """What an input contributes to the key: its symbolic spec when it has size symbols (the
+    compiled graph serves every size, so the example's sizes must not split the key), else the
+    example's own spec and strides."""
+    spec = node.spec
+    if (isinstance(spec, tc_ir.TensorSpec) and not spec.is_static) or getattr(spec, "expr", None) is not None:
+        return f"{spec} stride={list(map(str, spec.stride))}" if isinstance(spec, tc_ir.TensorSpec) else str(spec)
+    return str(tc_ir.spec_of(example)) + (str(example.stride()) if isinstance(example, torch.Tensor) else repr(example))
 
 
 @functools.cache

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
-import sympy
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
@@ -35,6 +34,7 @@ from .ir import (
     is_dense,
 )
 from .lowering import LOWERINGS
+from .symbolic import binding_plan
 
 log = tc_ir.logs.get_logger("fusion")
 
@@ -57,6 +57,7 @@ class LoweredGraph:
     own: set  # names of buffers tc allocates
     extern_reasons: dict  # op name -> reason it runs through torch
     seeds: dict = attrs.Factory(dict)  # seed buffer name -> (device, slots): drawn by the wrapper per call
+    size_plan: dict = attrs.Factory(dict)  # size symbol -> (input position, dim): bound by the wrapper per call
 
 
 class GraphLowering:
@@ -78,7 +79,8 @@ class GraphLowering:
         self._depth = 0
         self._stored_bases: dict = {}  # Pointwise -> BufferValue: view bases stored for externs
         self.seeds: dict[str, tuple] = {}  # seed buffer name -> (device, slots used)
-        self._pad_mode = padding.mode(options)
+        self.size_plan = binding_plan(graph)  # raises SymbolicUnsupported for sizes it cannot bind
+        self._pad_mode = padding.mode(options) if not self.size_plan else "never"
         self._pad = padding.candidates(graph, self._pad_mode)  # nodes that may be stored padded
 
     # ---- the context lowerings use ----------------------------------------------------------
@@ -162,7 +164,7 @@ class GraphLowering:
         outputs = tc_ir.map_structure(self.graph.outputs, lambda v: self._output(env[v], v.spec) if isinstance(v, Node) else v)
         output_buffers = {v.name for v in tc_ir.leaves(outputs) if isinstance(v, BufferValue)}
         return LoweredGraph(self.steps, self.inputs, self.constants, self.constant_keys, outputs, output_buffers, self.own,
-                            self.extern_reasons, dict(self.seeds))
+                            self.extern_reasons, dict(self.seeds), dict(self.size_plan))
 
     def _output(self, value: Any, spec: Any) -> Any:
         if isinstance(value, Node):
@@ -210,8 +212,15 @@ class GraphLowering:
     def _input(self, node: Node) -> Any:
         index = len(self.inputs)
         example = self.example_inputs[index] if index < len(self.example_inputs) else None
+        if self.size_plan and isinstance(node.spec, TensorSpec):
+            # compiled for the spec's sizes and strides (expressions), not the example's
+            self.inputs.append(InputBuffer(node.name, node.spec, index))
+            spec = node.spec
+            return BufferValue(node.name, spec.shape, spec.stride, spec.dtype, spec.device)
         spec = TensorSpec.from_tensor(example) if isinstance(example, torch.Tensor) else node.spec
         self.inputs.append(InputBuffer(node.name, spec, index))
+        if self.size_plan and getattr(spec, "expr", None) is not None:
+            return spec.expr  # an int input that is a size: its expression, bound by the wrapper
         if not isinstance(example, torch.Tensor):
             return RuntimeValue(node.name)
         value = BufferValue(node.name, example.shape, example.stride(), example.dtype, example.device)
@@ -266,7 +275,7 @@ class GraphLowering:
         leaves = [v for v in tc_ir.leaves((args, kwargs))]
         if any(isinstance(v, RuntimeValue) for v in leaves):
             return "reads a runtime value"
-        if any(isinstance(v, (sympy.Expr, torch.SymInt)) and not isinstance(v, (int, float)) for v in leaves):
+        if any(isinstance(v, torch.SymInt) for v in leaves):
             return "symbolic scalar argument"
         tensors = [v for v in leaves if isinstance(v, TensorValue)]
         specs = [s for s in tc_ir.leaves(spec) if s is not None] if spec is not None else []

@@ -141,10 +141,18 @@ class InputBuffer:
 
 def is_dense(shape: Sequence[Any], stride: Sequence[Any]) -> bool:
     """Whether ``stride`` is a permutation of contiguous strides of ``shape`` (size-1 dims
-    ignored): the layout fills its storage with no gaps."""
-    expected = 1
-    for st, n in sorted((st, n) for st, n in zip(stride, shape) if n != 1):
-        if st != expected:
+    ignored): the layout fills its storage with no gaps. Over symbolic sizes the strides are
+    ordered at a sample size and then checked as exact expressions, so the answer holds at every size."""
+    expected = sympy.Integer(1)
+    for st, n in sorted(((st, n) for st, n in zip(stride, shape) if n != 1), key=lambda p: _sample(p[0])):
+        if sympy.expand(as_expr(st) - expected) != 0:
             return False
-        expected *= n
+        expected = expected * as_expr(n)
     return True
+
+
+def _sample(value: Any) -> int:
+    """``value`` at a large sample size, for ordering strides (never for deciding anything)."""
+    if isinstance(value, int):
+        return value
+    return int(sympy.sympify(value).subs({s: 4099 + i for i, s in enumerate(sorted(value.free_symbols, key=str))}))

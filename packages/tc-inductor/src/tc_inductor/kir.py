@@ -161,6 +161,17 @@ def const(value: Any, dtype: torch.dtype) -> UOp:
     return UOp(Ops.CONST, compute_dtype(dtype), (), value)
 
 
+def size_value(n: Any, dtype: torch.dtype) -> UOp:
+    """A size (an element count, a dim) as a value of ``dtype``: a constant, or for a symbolic
+    size the int64 value of its expression over the kernel's size arguments, cast."""
+    if isinstance(n, (int, float)) or (isinstance(n, sympy.Expr) and n.is_Number):
+        return const(n, dtype)
+    n = sympy.sympify(n)
+    if any(not a.is_Integer for a in n.atoms(sympy.Number)):
+        raise ValueError(f"size {n} is not an integer expression")
+    return cast(index_value(n), dtype)
+
+
 def load(buffer: str, index: sympy.Expr, dtype: torch.dtype) -> UOp:
     index = sympy.sympify(index)
     return UOp(Ops.LOAD, compute_dtype(dtype), indirect_sources(index), (buffer, index))

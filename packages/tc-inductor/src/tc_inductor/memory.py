@@ -24,9 +24,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import sympy
 import torch
 
 from .codegen.common import pointer_name
+from .symbolic import is_symbolic, provably_le, py_tuple
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ASSIGNED = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*(?:\s*,\s*[A-Za-z_][A-Za-z0-9_]*)*)\s*,?\s*=(?!=)")
@@ -101,10 +103,24 @@ class FreePool:
             have_shape, have_stride, have_dtype, have_device = layout
             have = _span(have_shape, have_stride)
             if (have_dtype, str(torch.device(have_device))) == want[2:] and size is not None \
-                    and have is not None and have == size == _numel(have_shape):
+                    and have is not None and _fits(size, have, have_shape):
                 del self._ready[i]
                 return f"{name}.as_strided({_tup(shape)}, {_tup(stride)})"
         return None
+
+
+def _fits(size: Any, have: Any, have_shape: Any) -> bool:
+    """Whether a dead dense buffer reaching ``have`` elements can hold a layout reaching ``size``:
+    equal spans; over symbolic sizes also a span provably no larger, for every size."""
+    if not _same(have, _numel(have_shape)):
+        return False
+    if is_symbolic(size) or is_symbolic(have):
+        return provably_le(size, have)
+    return have == size
+
+
+def _same(a: Any, b: Any) -> bool:
+    return a == b if not (is_symbolic(a) or is_symbolic(b)) else sympy.expand(a - b) == 0
 
 
 def _key(layout: tuple) -> tuple:
@@ -112,22 +128,23 @@ def _key(layout: tuple) -> tuple:
     return tuple(shape), tuple(stride), dtype, str(torch.device(device))
 
 
-def _span(shape: Any, stride: Any) -> int | None:
-    """Elements of storage a layout reaches (None for symbolic sizes)."""
-    if not all(isinstance(v, int) for v in (*shape, *stride)):
-        return None
-    if any(n == 0 for n in shape):
+def _span(shape: Any, stride: Any) -> Any:
+    """Elements of storage a layout reaches (a sympy expression over symbolic sizes, which are
+    >= 2; None for layouts whose strides are not all known to be non-negative)."""
+    if any(isinstance(n, int) and n == 0 for n in shape):
         return 0
-    return 1 + sum((n - 1) * st for n, st in zip(shape, stride))
+    if any(is_symbolic(st) and not st.is_nonnegative for st in stride):
+        return None
+    span = 1 + sum((n - 1) * st for n, st in zip(shape, stride))
+    return sympy.expand(span) if is_symbolic(span) else int(span)
 
 
-def _numel(shape: Any) -> int:
+def _numel(shape: Any) -> Any:
     n = 1
     for s in shape:
-        n *= int(s)
-    return n
+        n = n * s
+    return sympy.expand(n) if is_symbolic(n) else int(n)
 
 
 def _tup(values: Any) -> str:
-    values = [int(v) for v in values]
-    return "(" + ", ".join(map(str, values)) + ("," if len(values) == 1 else "") + ")"
+    return py_tuple(values)

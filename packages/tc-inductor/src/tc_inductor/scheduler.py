@@ -22,6 +22,7 @@ from . import kir
 from .graph_lowering import LoweredGraph
 from .ir import BufferValue, ComputedBuffer, ExternCall
 from .kir import Ops, UOp
+from .symbolic import size_symbols
 
 log = tc_ir.logs.get_logger("fusion")
 
@@ -300,5 +301,22 @@ def _assemble(x: tuple, r: tuple, stmts: list, dtypes: dict) -> kir.Kernel:
             if isinstance(s, kir.Store):
                 outs[s.buffer] = s.dtype
     inputs = tuple((name, dtypes[name]) for name in loads)
-    sizes = sorted({s.name for e in x + r if isinstance(e, sympy.Expr) for s in e.free_symbols})
-    return kir.Kernel(tuple(x), tuple(r), tuple(stages), inputs, tuple(outs.items()), tuple(sizes))
+    return kir.Kernel(tuple(x), tuple(r), tuple(stages), inputs, tuple(outs.items()), _size_args(x, r, stages))
+
+
+def _size_args(x: tuple, r: tuple, stages: list) -> tuple:
+    """Names of the size symbols a kernel reads (its int64 size arguments): in its ranges, and in
+    any index, index value or bounds check of its statements (a slice of an [s0, s1] input reads
+    row ``x0 * s1`` over a range of 3 columns)."""
+    exprs = list(x + r)
+    for stage in stages:
+        for stmt in stage.inner + stage.outer:
+            exprs.append(getattr(stmt, "index", 0))
+            for u in stmt.value.toposort():
+                if u.op is Ops.LOAD:
+                    exprs.append(u.arg[1])
+                elif u.op is Ops.INDEX:
+                    exprs.append(u.arg)
+                elif u.op is Ops.CHECK_INDEX:
+                    exprs.append(u.arg[0])
+    return tuple(sorted({s.name for e in exprs for s in size_symbols(e)}))

@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 import attrs
+import sympy
 import torch
 
 import tc_ir
@@ -19,6 +20,7 @@ from .codegen.common import pointer_name
 from .graph_lowering import LoweredGraph, RuntimeValue
 from .ir import BufferValue, ComputedBuffer, ExternCall, is_dense
 from .scheduler import Group, Schedule, reads_of
+from .symbolic import py_expr, py_tuple
 
 
 @attrs.define
@@ -43,9 +45,11 @@ def render_value(value: Any, layouts: dict) -> str:
         if value.offset == 0:  # as_strided keeps the base's storage offset when given none
             return f"{value.name}.as_strided({_tup(value.shape)}, {_tup(value.stride)})"
         return (f"{value.name}.as_strided({_tup(value.shape)}, {_tup(value.stride)}, "
-                f"{value.name}.storage_offset() + {value.offset})")
+                f"{value.name}.storage_offset() + {py_expr(value.offset)})")
     if isinstance(value, RuntimeValue):
         return value.name
+    if isinstance(value, sympy.Expr):  # a size: evaluated over the sizes bound at the top of the call
+        return py_expr(value)
     if isinstance(value, (list, tuple)):
         inner = ", ".join(render_value(v, layouts) for v in value)
         return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
@@ -63,8 +67,7 @@ def render_value(value: Any, layouts: dict) -> str:
 
 
 def _tup(values) -> str:
-    values = [int(v) for v in values]
-    return "(" + ", ".join(map(str, values)) + ("," if len(values) == 1 else "") + ")"
+    return py_tuple(values)
 
 
 def generate(lowered: LoweredGraph, sched: Schedule, calls: dict, extern_names: dict,
@@ -117,13 +120,39 @@ def _prologue(lowered: LoweredGraph, layouts: dict, guarded: frozenset) -> list[
         body.append(f"{', '.join(names)}{',' if len(names) == 1 else ''} = args")
         body.append("if args.__class__ is list:  # boxed call: the caller handed its references over")
         body.append("    args.clear()")
+    body += _bind_sizes(lowered, layouts)
     for position, inp in enumerate(lowered.inputs):
         if inp.name in layouts and position not in guarded:
             shape, stride, _, _ = layouts[inp.name]
             # the common case (the compiled layout) costs two tuple compares, no call
             body.append(f"if {inp.name}.stride() != {_tup(stride)} or {inp.name}.shape != {_tup(shape)}:")
-            body.append(f"    {inp.name} = _layout({inp.name}, {_tup(shape)}, {_tup(stride)})")
+            want = f", {_shape_text(shape)!r}" if any(isinstance(d, sympy.Expr) for d in shape) else ""
+            body.append(f"    {inp.name} = _layout({inp.name}, {_tup(shape)}, {_tup(stride)}{want})")
     return body + _draw_seeds(lowered)
+
+
+def _bind_sizes(lowered: LoweredGraph, layouts: dict) -> list[str]:
+    """Each size symbol as a local int, read from the input dim (or int input) that is it; a
+    size below 2 is refused (kernels were compiled for sizes >= 2: 0 and 1 are specialised by
+    the caller), and an int input that is an expression of sizes is checked against it."""
+    if not lowered.size_plan:
+        return []
+    names = [inp.name for inp in lowered.inputs]
+    body = [f"{symbol.name} = {names[pos]}" + ("" if dim < 0 else f".shape[{dim}]")
+            for symbol, (pos, dim) in lowered.size_plan.items()]
+    sizes = [symbol.name for symbol in lowered.size_plan]
+    body.append(f"if {' or '.join(f'{n} < 2' for n in sizes)}:")
+    body.append(f"    _bad_sizes({{{', '.join(f'{n!r}: {n}' for n in sizes)}}})")
+    for position, inp in enumerate(lowered.inputs):
+        expr = getattr(inp.spec, "expr", None)
+        if isinstance(expr, sympy.Expr) and lowered.size_plan.get(expr) != (position, -1):
+            body.append(f"if {inp.name} != {py_expr(expr)}:")
+            body.append(f"    _bad_sizes({{{inp.name!r}: {inp.name}}}, {str(expr)!r})")
+    return body
+
+
+def _shape_text(shape: tuple) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
 def _hoist_pointers(call: KernelCall, done: set) -> list[str]:
@@ -161,6 +190,14 @@ def zeros_padded(shape: tuple, stride: tuple, dtype: torch.dtype) -> torch.Tenso
     return torch.zeros(size, dtype=dtype).as_strided(shape, stride)
 
 
+def bad_sizes(sizes: dict, want: str | None = None) -> None:
+    """Raise for sizes a symbolic graph was not compiled for (the caller falls back)."""
+    got = ", ".join(f"{k}={v}" for k, v in sizes.items())
+    if want is not None:
+        raise ValueError(f"tc_inductor: compiled for an int equal to {want}, got {got}")
+    raise ValueError(f"tc_inductor: compiled for sizes >= 2 (0 and 1 are specialised), got {got}")
+
+
 def device_name(device: Any) -> str:
     """The wrapper global holding ``device`` (a torch.device made once, not parsed per call)."""
     device = torch.device(device)
@@ -175,7 +212,8 @@ def wrapper_devices(lowered: LoweredGraph) -> list[str]:
 def wrapper_globals(devices: list[str]) -> dict:
     """Names the generated source reads besides kernels, extern targets and constants: bound
     once, when the wrapper is loaded."""
-    env: dict[str, Any] = {"empty_strided": torch.empty_strided, "randint": torch.randint, "zeros_padded": zeros_padded}
+    env: dict[str, Any] = {"empty_strided": torch.empty_strided, "randint": torch.randint, "zeros_padded": zeros_padded,
+                           "_bad_sizes": bad_sizes}
     env.update({device_name(d): torch.device(d) for d in devices})
     return env
 
@@ -213,7 +251,7 @@ def _layouts(lowered: LoweredGraph) -> dict:
     layouts = {}
     for inp in lowered.inputs:
         spec = inp.spec
-        if isinstance(spec, tc_ir.TensorSpec) and spec.is_static:
+        if isinstance(spec, tc_ir.TensorSpec) and (spec.is_static or lowered.size_plan):
             layouts[inp.name] = (spec.shape, spec.stride, spec.dtype, spec.device)
     for step in lowered.steps:
         if isinstance(step, ComputedBuffer):

@@ -8,6 +8,7 @@ was checked."""
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import ctypes
 import functools
@@ -33,6 +34,9 @@ _pool: concurrent.futures.ThreadPoolExecutor | None = None
 _loaded: dict[str, concurrent.futures.Future] = {}
 _lock = threading.Lock()
 _loads = itertools.count()
+# Kernels this process has built or loaded, by kind (tc_inductor.compile_counters): tests check that
+# running a symbolic graph at another size builds nothing new.
+COUNTERS: collections.Counter = collections.Counter()
 _log = tc_ir.logs.get_logger("perf_hints")
 
 
@@ -112,6 +116,7 @@ def compile_cpp_async(source: str, store: Any = None) -> concurrent.futures.Futu
     key = source_hash(source)
     with _lock:
         if key not in _loaded:
+            COUNTERS["cpp_kernels"] += 1
             _loaded[key] = workers().submit(_build_and_load, source, key, store)
         return _loaded[key]
 

@@ -26,9 +26,15 @@ def print_index(expr: sympy.Expr, names: dict[str, str], floordiv: str = "/") ->
     if isinstance(expr, FloorDiv):
         a, b = (print_index(x, names, floordiv) for x in expr.args)
         return f"({a} {floordiv} {b})"
-    if isinstance(expr, ModIndex):
+    if isinstance(expr, (ModIndex, sympy.Mod)):  # sizes and indices are non-negative: C's % is Python's
         a, b = (print_index(x, names, floordiv) for x in expr.args)
         return f"({a} % {b})"
+    if isinstance(expr, (sympy.floor, sympy.ceiling)):  # of a size expression: floor(s0/2)
+        num, den = sympy.fraction(sympy.together(expr.args[0]))
+        if isinstance(expr, sympy.ceiling):
+            num = num + den - 1
+        a, b = print_index(num, names, floordiv), print_index(den, names, floordiv)
+        return f"({a} {floordiv} {b})"
     if expr.is_Add:
         return "(" + " + ".join(print_index(a, names, floordiv) for a in expr.args) + ")"
     if expr.is_Mul:

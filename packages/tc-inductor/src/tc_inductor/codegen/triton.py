@@ -280,7 +280,10 @@ class TritonKernelWriter:
     def signature(self) -> list[str]:
         k = self.kernel
         args = [self.params[n] for n, _ in k.inputs] + [self.params[n] for n, _ in k.outputs] + list(k.sizes)
-        args += ["xnumel"] + (["rnumel"] if k.is_reduction else []) + list(self.seed_args.values())
+        # the interpreter turns an int argument into a one-element block, which a loop bound cannot
+        # be: there a run-time row length is a constexpr (the interpreter compiles nothing)
+        rnumel = "rnumel: tl.constexpr" if self.interpret and not self.persistent else "rnumel"
+        args += ["xnumel"] + ([rnumel] if k.is_reduction else []) + list(self.seed_args.values())
         args += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if k.is_reduction else [])
         return args
 
@@ -479,6 +482,8 @@ def is_columnar(kernel: kir.Kernel) -> bool:
     ``grad.sum(0)`` of a [tokens, features] matrix. A program must then read a run of columns
     across a few rows at a time, not one column down all the rows: a column of bf16 values 6 KB
     apart costs one memory transaction per element."""
+    if isinstance(kernel, _BucketShape):
+        return kernel.columnar
     if not kernel.is_reduction or not kernel.xranges:
         return False
     inner = kir.xvars(len(kernel.xranges))[-1]
@@ -549,29 +554,60 @@ def index_bound(expr: sympy.Expr, ranges: dict) -> int | None:
     return None
 
 
-def heuristic_config(kernel: kir.Kernel, interpret: bool) -> dict:
+def heuristic_config(kernel: kir.Kernel, interpret: bool, xnumel: int | None = None,
+                     rnumel: int | None = None) -> dict:
     """One block-size config per kernel (max_autotune tries several instead).
 
     Pointwise: 32 bytes of the narrowest buffer per thread at 4 warps (two 16-byte vector
     accesses in flight), so 2-byte dtypes get twice the elements of fp32. Persistent
     reductions: tiles of up to 4096 elements (a whole row up to 8192), a warp per 512.
+    ``xnumel`` / ``rnumel``: a size bucket's sizes, for kernels over symbolic sizes
+    (:class:`BucketedLauncher`); looped reductions then size their tile by the row's bucket.
     """
-    xnumel = _static_numel(kernel.xranges) or (1 << 20)
+    xnumel = _static_numel(kernel.xranges) or xnumel or (1 << 20)
     if not kernel.is_reduction:
         width = min((dt.itemsize for _, dt in kernel.inputs + kernel.outputs), default=4)
         block = min(next_pow2(xnumel), 4096 if interpret else 128 * 32 // width)
         return {"XBLOCK": max(block, 16), "num_warps": 4 if block >= 512 else 2}
-    rnumel = _static_numel(kernel.rranges) or (1 << 20)
+    bucketed = _static_numel(kernel.rranges) is None and rnumel is not None
+    rnumel = _static_numel(kernel.rranges) or rnumel or (1 << 20)
     if is_columnar(kernel) and not is_persistent(kernel, interpret):
         # 32 or 64 adjacent columns a program (64-128 bytes of bf16 a row), 64 rows a step
         xblock = min(next_pow2(xnumel), 64 if xnumel >= 64 * 128 else 32)
         return {"XBLOCK": xblock, "RBLOCK": COLUMN_RBLOCK, "num_warps": 4}
-    if is_persistent(kernel, interpret):
-        rblock = max(next_pow2(rnumel), 2)
+    if is_persistent(kernel, interpret) or bucketed:
+        # a looped reduction over a row of symbolic length tiles like a persistent one of its bucket
+        rblock = max(next_pow2(min(rnumel, 2048)), 2)
         budget = (1 << 15) if interpret else 4096
         xblock = max(1, min(next_pow2(xnumel), budget // rblock, 64 if not interpret else 1 << 12))
         return {"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": min(16, max(2, xblock * rblock // 512))}
     return {"XBLOCK": 1, "RBLOCK": 2048, "num_warps": 8}
+
+
+def size_bucket(n: int) -> int:
+    """The bucket of a run-time size: the next power of two (a config is chosen per bucket)."""
+    return next_pow2(max(int(n), 1))
+
+
+class BucketedLauncher:
+    """Launches a kernel over symbolic sizes: ``launcher(xnumel, rnumel, *args)`` picks the
+    config of the sizes' bucket (one :class:`TritonLauncher` per bucket, made on first use; on
+    a GPU each is one compile of the same source) and computes the grid from ``xnumel``."""
+
+    def __init__(self, make: Any, reduction: bool, configs: Any):
+        self.make, self.reduction, self.configs = make, reduction, configs
+        self._launchers: dict[tuple, tuple] = {}
+
+    def __call__(self, xnumel: int, rnumel: int, *args: Any) -> None:
+        key = (size_bucket(xnumel), size_bucket(rnumel) if self.reduction else 1)
+        entry = self._launchers.get(key)
+        if entry is None:
+            config = self.configs(*key)
+            entry = self._launchers[key] = (self.make(config), config["XBLOCK"])
+            build.COUNTERS["triton_configs"] += 1
+        launcher, xblock = entry
+        if xnumel:
+            launcher(-(-xnumel // xblock), *args)
 
 
 def autotune_configs(kernel: kir.Kernel) -> list[dict]:
@@ -593,7 +629,8 @@ class TritonBackend:
     def generate(self, kernel: kir.Kernel, name: str, options: Any, device: Any) -> str:
         interpret = _interpreting(device)
         autotune = bool(options.get("max_autotune")) and not interpret
-        writer = TritonKernelWriter(kernel, "kernel", interpret, None if autotune else heuristic_config(kernel, interpret))
+        fixed = not autotune and not _bucket_shape(kernel)  # else masks stay: blocks vary per launch
+        writer = TritonKernelWriter(kernel, "kernel", interpret, heuristic_config(kernel, interpret) if fixed else None)
         text = writer.generate()
         # Named by what it computes plus a hash of its text: readable in profiles, unique per
         # distinct kernel, and still the same for identical kernels (which then share one build).
@@ -611,7 +648,7 @@ class TritonBackend:
 
     def metadata(self, kernel: kir.Kernel, options: Any, device: Any) -> dict:
         interpret = _interpreting(device)
-        return {"config": heuristic_config(kernel, interpret),
+        return {"config": heuristic_config(kernel, interpret), "bucketed": _bucket_shape(kernel),
                 "autotune": bool(options.get("max_autotune")) and not interpret, "interpret": interpret,
                 "warmup": None if interpret else warmup_signature(kernel, device),
                 "pointers": len(kernel.inputs) + len(kernel.outputs), "first_output": len(kernel.inputs),
@@ -631,6 +668,12 @@ class TritonBackend:
         compiled = future.result() if future is not None else None
         if meta["autotune"]:
             return kernel
+        if meta.get("bucketed"):
+            shape = _BucketShape(meta["bucketed"])
+            return BucketedLauncher(lambda config: TritonLauncher(
+                kernel, config, meta["pointers"], range(meta["first_output"], meta["pointers"]), None,
+                meta["device"], meta.get("options", {})), shape.reduction,
+                lambda x, r: heuristic_config(shape, meta["interpret"], x, r))
         return TritonLauncher(kernel, meta["config"], meta["pointers"], range(meta["first_output"], meta["pointers"]),
                               compiled, meta["device"], meta.get("options", {}))
 
@@ -652,12 +695,41 @@ class TritonBackend:
             grid = f"lambda meta: (triton.cdiv({xnumel}, meta['XBLOCK']),)"
             options = [f"{k}={v!r}" for k, v in meta["options"].items()]
             return f"{name}[{grid}]({', '.join(call_args + options)})"
+        if meta.get("bucketed"):  # config and grid chosen per size bucket at run time
+            return f"{name}({xnumel}, {rnumel or 1}, {', '.join(call_args)})  # BucketedLauncher: xnumel, rnumel, args"
         config = meta["config"]
         static = _static_numel(kernel.xranges)
         grid = f"{-(-static // config['XBLOCK'])}" if static is not None else \
             f"triton.cdiv({xnumel}, {config['XBLOCK']})"  # computed here when sizes are known
         consts = ", ".join(f"{k}={v}" for k, v in config.items())
         return f"{name}({grid}, {', '.join(call_args)})  # TritonLauncher: grid, args; {consts},"
+
+
+def _bucket_shape(kernel: kir.Kernel) -> dict | None:
+    """What choosing a config per size bucket needs to know of a kernel over symbolic sizes
+    (kept in the record's metadata, so a cached graph chooses without the kernel IR); None for
+    a kernel whose sizes are all static."""
+    if _static_numel(kernel.xranges) is not None and _static_numel(kernel.rranges) is not None:
+        return None
+    width = min((dt.itemsize for _, dt in kernel.inputs + kernel.outputs), default=4)
+    return {"reduction": kernel.is_reduction, "columnar": is_columnar(kernel), "width": width,
+            "xranges": [str(x) for x in kernel.xranges], "rranges": [str(r) for r in kernel.rranges]}
+
+
+class _BucketShape:
+    """Stands in for a kernel in :func:`heuristic_config`: its sizes are symbolic, so only the
+    kind of kernel, its narrowest dtype and whether it is columnar matter there."""
+
+    def __init__(self, shape: dict):
+        self.reduction, self.columnar = shape["reduction"], shape["columnar"]
+        dtype = {1: torch.uint8, 2: torch.float16, 4: torch.float32, 8: torch.float64}[shape["width"]]
+        self.inputs, self.outputs = (("", dtype),), ()
+        self.xranges = tuple(sympy.Symbol(x) if not x.isdigit() else int(x) for x in shape["xranges"])
+        self.rranges = tuple(sympy.Symbol(r) if not r.isdigit() else int(r) for r in shape["rranges"])
+
+    @property
+    def is_reduction(self) -> bool:
+        return self.reduction
 
 
 def _broadcast(v: str, value: UOp, dtype: torch.dtype, shape: str) -> str:
@@ -867,6 +939,7 @@ def _import_locked(path, interpret: bool, name: str):
             else:
                 os.environ["TRITON_INTERPRET"] = saved
         _modules[key] = module
+        build.COUNTERS["triton_kernels"] += 1
     return _modules[key].__dict__[name]
 
 

@@ -109,7 +109,7 @@ def _mean(ctx, x, dim=None, keepdim=False, dtype=None):
     acc = kir.compute_dtype(out_dtype)
     total = reduce(ctx, x, dims, keepdim, "sum", shape, acc, lambda full: kir.cast(x.load(full), acc))
     return Pointwise(shape, out_dtype, device, lambda index: finish(ctx, kir.binary(
-        Ops.TRUEDIV, total.load(index), kir.const(count, acc)), out_dtype))
+        Ops.TRUEDIV, total.load(index), kir.size_value(count, acc)), out_dtype))
 
 
 def _arg(rt: str):
@@ -153,7 +153,7 @@ def _moments(ctx, x: TensorValue, dims: tuple, correction, keepdim: bool, shape:
     keep_shape = tuple(1 if d in dims else s for d, s in enumerate(x.shape))
     total = reduce(ctx, x, dims, True, "sum", keep_shape, acc, lambda full: kir.cast(x.load(full), acc))
     mean = Pointwise(keep_shape, acc, x.device, lambda index: kir.binary(
-        Ops.TRUEDIV, total.load(index), kir.const(count, acc)))
+        Ops.TRUEDIV, total.load(index), kir.size_value(count, acc)))
 
     def centered(full):
         d = kir.binary(Ops.SUB, kir.cast(x.load(full), acc), mean.load(
@@ -164,7 +164,7 @@ def _moments(ctx, x: TensorValue, dims: tuple, correction, keepdim: bool, shape:
     correction = 1 if correction is None else correction
     denom = max(count - correction, 0)
     var = Pointwise(shape, acc, x.device, lambda index: kir.binary(
-        Ops.TRUEDIV, sq.load(index), kir.const(denom, acc)))
+        Ops.TRUEDIV, sq.load(index), kir.size_value(denom, acc)))
     mean_out = mean if keepdim else Pointwise(shape, acc, x.device, lambda index: mean.load(
         _keep_index(index, dims, x.ndim)))
     return mean_out, var

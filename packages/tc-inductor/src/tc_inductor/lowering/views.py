@@ -396,7 +396,7 @@ def _pad(ctx, x, pad, value=0):
             if True:
                 iv = kir.index_value(src[d])
                 conds.append(kir.binary(Ops.AND, kir.binary(Ops.GE, iv, kir.const(0, torch.int64)),
-                                        kir.binary(Ops.LT, iv, kir.const(x.shape[d], torch.int64))))
+                                        kir.binary(Ops.LT, iv, kir.size_value(x.shape[d], torch.int64))))
         if not conds:
             return kir.cast(x.load(tuple(src)), compute)
         mask = conds[0]
