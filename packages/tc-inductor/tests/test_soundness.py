@@ -97,6 +97,22 @@ def test_gpu_source_asserts_each_indirect_load(monkeypatch):
     assert "debug" not in unchecked.kernels[0] and "sanitize_overflow" not in unchecked.source
 
 
+@pytest.mark.parametrize("rows, checked", [(1000, True), (3_000_000, True), (1000, False)])
+def test_a_checked_index_bounds_the_address_for_int32_math(rows, checked):
+    """Past its check an index lies in [0, rows): a gather whose addresses then fit in int32 does
+    its loop math in int32 (int64 division cost GPU gathers ~15%); a table too large to fit, or an
+    unchecked index (unknown bound), keeps int64."""
+    x0, x1 = kir.xvars(2)
+    index = kir.load("i", x0, torch.int64)
+    if checked:
+        index = kir.checked_index(index, rows, False)
+    sym = kir.indirect_symbol(index)
+    kernel = kir.Kernel((64, 1024), (), (kir.Stage((kir.Store("o", 1024 * x0 + x1, kir.load(
+        "w", 1024 * sym + x1, torch.float32), torch.float32),), ()),),
+        (("w", torch.float32), ("i", torch.int64)), (("o", torch.float32),))
+    assert triton_backend.fits_int32(kernel) == (checked and rows * 1024 < triton_backend.INT32_LIMIT)
+
+
 def test_launch_options_only_for_checked_kernels():
     x0 = kir.xvars(1)[0]
     plain = kir.Kernel((4,), (), (kir.Stage((kir.Store("o", x0, kir.load("a", x0, torch.float32),

@@ -113,6 +113,11 @@ def py_tuple(values: Any) -> str:
 
 
 def provably_le(a: Any, b: Any) -> bool:
-    """Whether ``a <= b`` for every value of the (positive) size symbols; False when unknown."""
+    """Whether ``a <= b`` for every value the size symbols can take (each >= 2); False when
+    unknown. Each symbol ``s`` is written ``t + 2`` with ``t >= 0`` and sympy asked whether
+    the difference is non-negative."""
     diff = sympy.expand(sympy.sympify(b) - sympy.sympify(a))
-    return bool(diff.is_nonnegative) or diff == 0
+    if diff.is_Integer:
+        return int(diff) >= 0
+    shifted = {s: sympy.Symbol(f"_t_{s.name}", integer=True, nonnegative=True) + 2 for s in diff.free_symbols}
+    return bool(sympy.expand(diff.xreplace(shifted)).is_nonnegative)

@@ -15,6 +15,7 @@ import torch
 from .. import kir
 from ..ir import BufferValue, Pointwise, TensorValue, Unsupported
 from ..kir import FloorDiv, ModIndex, Ops
+from ..symbolic import provably_le
 from .pointwise import out_spec
 from .registry import register
 
@@ -226,10 +227,23 @@ def _slice_bounds(size, start, end, step):
     start = 0 if start is None else start
     end = size if end is None else end
     if not (_static([size, start, end])):
-        raise Unsupported("symbolic slice bounds")
+        return _symbolic_slice_bounds(size, start, end, step)
     start = max(0, min(size, start + size if start < 0 else start))
     end = max(start, min(size, end + size if end < 0 else end))
     return start, end, step, (end - start + step - 1) // step
+
+
+def _symbolic_slice_bounds(size, start, end, step):
+    """Slice bounds over size symbols, clamped as torch clamps them only where the clamp is
+    provable for every size (symbols are >= 2); otherwise the lowering declines."""
+    start = size + start if isinstance(start, int) and start < 0 else start
+    end = size + end if isinstance(end, int) and end < 0 else end
+    if isinstance(end, int) and end >= 2**62:  # ``x[a:]`` as capture writes it
+        end = size
+    if not (provably_le(0, start) and provably_le(start, end) and provably_le(end, size)):
+        raise Unsupported(f"slice [{start}:{end}] of a dim of size {size} is not provably in range at every size")
+    length = end - start if step == 1 else sympy.floor((end - start + step - 1) / sympy.Integer(step))
+    return start, end, step, sympy.expand(length) if isinstance(length, sympy.Expr) else length
 
 
 @register(aten.slice.Tensor, aten.slice_copy.Tensor)
@@ -357,8 +371,8 @@ def _concat(ctx, pieces: list, dim: int, shape: tuple, dtype: torch.dtype, devic
         i = index[dim]
         result = None
         for p, (lo, hi) in reversed(list(zip(pieces, bounds))):
-            inside = kir.binary(Ops.AND, kir.binary(Ops.GE, kir.index_value(i), kir.const(lo, torch.int64)),
-                                kir.binary(Ops.LT, kir.index_value(i), kir.const(hi, torch.int64)))
+            inside = kir.binary(Ops.AND, kir.binary(Ops.GE, kir.index_value(i), kir.size_value(lo, torch.int64)),
+                                kir.binary(Ops.LT, kir.index_value(i), kir.size_value(hi, torch.int64)))
             value = kir.masked(inside, kir.cast(p.load(index[:dim] + (i - lo,) + index[dim + 1:]), compute), 0)
             result = value if result is None else kir.where(inside, value, result)
         return result
