@@ -11,6 +11,8 @@ a table picked by an index tensor, flattened as tc's pointwise kernels are), wri
   debug mode), and one tiny debug kernel asserting the flag is clear, launched after.
 
 Prints GB/s for each and the cost relative to ``none``, and checks each variant catches a bad index.
+Then tc's own kernels for the indirect cases of ``benchmarks/kernels.py``, compiled with their
+checks and without them (the check replaced by the raw index, for this measurement only).
 """
 
 from __future__ import annotations
@@ -98,6 +100,32 @@ def _catches(variant: str) -> str:
     return "caught" if done.returncode != 0 and "NOT CAUGHT" not in done.stdout else "NOT caught"
 
 
+def _tc_kernels() -> None:
+    import kernels  # benchmarks/kernels.py: its cases and graph builder
+
+    import tc_inductor
+    from tc_inductor import kir
+
+    checked_index = kir.checked_index
+    for name, build, make, nbytes in kernels.CASES:
+        if "indirect" not in name and "embedding" not in name:
+            continue
+        inputs = make()
+        times = {}
+        for label, check in (("unchecked", lambda value, size, wraps: kir.cast(value, torch.int64)),
+                             ("checked", checked_index)):
+            kir.checked_index = check
+            try:
+                k = tc_inductor.compile(kernels.graph_of(build, inputs), inputs, {"cache": False})
+            finally:
+                kir.checked_index = checked_index
+            k(*inputs)
+            times[label] = triton.testing.do_bench(lambda k=k, a=inputs: k(*a), warmup=50, rep=300)
+        moved = nbytes(*inputs)
+        print(f"tc {name:28s} unchecked {moved / times['unchecked'] / 1e6:6.0f} GB/s  checked "
+              f"{moved / times['checked'] / 1e6:6.0f} GB/s  cost {100 * (times['checked'] / times['unchecked'] - 1):+5.1f}%")
+
+
 def main() -> int:
     if not torch.cuda.is_available():
         print("bounds_probe: needs a CUDA GPU")
@@ -120,6 +148,7 @@ def main() -> int:
                   f"cost {100 * (ms / base - 1):+5.1f}%")
     for variant in VARIANTS[1:]:
         print(f"{variant}: a bad index is {_catches(variant)}")
+    _tc_kernels()
     return 0
 
 
