@@ -83,7 +83,7 @@ class ConvNet(nn.Module):
 
 def guard_of(fn, x):
     """The cache-hit guard of ``fn``'s entry and the frame state it is called with."""
-    from tc_capture.runtime import FrameCache
+    from tc_capture.cache.frame_cache import FrameCache
 
     seen = []
     compiled = tc_capture.optimize(python_backend)(fn)

@@ -114,12 +114,12 @@ def child(model_name: str, task: str) -> dict:
     import torch
 
     import tc_autograd.api
-    import tc_capture.runtime
+    import tc_capture.cache.frame_cache
     import tc_inductor
 
     clock = Clock()
-    clock.wrap(tc_capture.runtime, "capture_region", "capture")
-    clock.wrap(tc_capture.runtime, "build_entry", "capture")
+    clock.wrap(tc_capture.cache.frame_cache, "capture_region", "capture")
+    clock.wrap(tc_capture.cache.frame_cache, "build_entry", "capture")
     clock.wrap(tc_autograd.api.Compiled, "__init__", "autograd")
 
     def kernel_stages(compiled) -> None:

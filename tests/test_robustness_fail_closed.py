@@ -14,14 +14,14 @@ import torch
 
 import tc
 import tc_autograd
-import tc_capture.runtime
+import tc_capture.cache.frame_cache
 import tc_inductor.codegen.build
 import tc_inductor.graph_lowering
 
 _pipeline = importlib.import_module("tc_inductor.compile")  # the module; tc_inductor.compile is the function
 
 STAGES = {
-    "capture": (tc_capture.runtime, "capture_region"),
+    "capture": (tc_capture.cache.frame_cache, "capture_region"),
     "tracing": (tc_autograd, "aot"),
     "lowering": (tc_inductor.graph_lowering.GraphLowering, "run"),
     "scheduling": (_pipeline, "schedule"),

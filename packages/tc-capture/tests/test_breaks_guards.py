@@ -241,7 +241,7 @@ def _make_closure_loop():
 @pytest.mark.parametrize("fn", [_loop_item, _loop_with_null_on_stack, _loop_in_no_grad, _make_closure_loop()],
                          ids=["item", "null_on_stack", "no_grad", "closure"])
 def test_break_in_long_loop_resumes_natively(fn, monkeypatch, capsys):
-    from tc_capture import runtime
+    from tc_capture.cache import frame_cache as runtime
 
     natively = []
     real = runtime.resume_natively
@@ -258,7 +258,7 @@ def test_break_in_long_loop_resumes_natively(fn, monkeypatch, capsys):
 def test_native_resume_keeps_exceptions_and_locations():
     import dis as _dis
 
-    from tc_capture.native_resume import _resume_function
+    from tc_capture.resume.native_resume import _resume_function
 
     code = _loop_item.__code__
     offsets = [i.offset for i in _dis.get_instructions(code) if i.opname == "JUMP_BACKWARD"]

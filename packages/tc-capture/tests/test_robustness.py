@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import tc_capture
-import tc_capture.compile_region as compile_region
-import tc_capture.runtime as runtime
+import tc_capture.resume.compile_region as compile_region
+import tc_capture.cache.frame_cache as runtime
 from tc_capture import interpret_backend
 
 
@@ -272,7 +272,7 @@ def test_graph_text_is_not_formatted_without_a_log_or_dump(monkeypatch):
 def test_a_break_instruction_the_concrete_interpreter_lacks_runs_natively(monkeypatch):
     """After a break, the breaking instruction runs in tc's concrete interpreter; one it has no
     handler for runs as CPython bytecode from there (nothing of it ran yet), not an error."""
-    import tc_capture.concrete as concrete
+    import tc_capture.resume.concrete as concrete
 
     monkeypatch.delitem(concrete.OPS, "CALL")
     fn = tc_capture.optimize(interpret_backend)(_item_break)

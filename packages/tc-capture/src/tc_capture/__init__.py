@@ -7,10 +7,10 @@
 """
 
 from .api import CaptureResult, OptimizedModule, capture, explain, interpret_backend, is_compiling, mark_dynamic, optimize, reset
-from .compile_region import Break, CompileError, GraphBreakError
-from .export_meta import rebuild_returns
-from .module_state import bump as bump_module_state
-from .runtime import warn_fallback
+from .cache.frame_cache import warn_fallback
+from .cache.module_state import bump as bump_module_state
+from .resume.compile_region import Break, CompileError, GraphBreakError
+from .resume.export_meta import rebuild_returns
 
 __version__ = "0.1.0"
 

@@ -13,9 +13,11 @@ import torch
 
 import tc_ir
 
-from .callees import binder, call_module, global_hooks
-from .compile_region import Break, Entry, distinct_breaks
-from .runtime import ALL_CACHES, FrameCache, compiling_depth, frame_cache, warn_fallback
+from .cache.frame_cache import ALL_CACHES, FrameCache, compiling_depth, frame_cache, warn_fallback
+from .interp.builtins_ import BUILTINS
+from .interp.variables import Const
+from .resume.callees import binder, call_module, global_hooks
+from .resume.compile_region import Break, Entry, distinct_breaks
 
 
 def is_compiling() -> bool:
@@ -24,9 +26,6 @@ def is_compiling() -> bool:
 
 
 def _register_is_compiling() -> None:
-    from .interp.builtins_ import BUILTINS
-    from .variables import Const
-
     BUILTINS[is_compiling] = lambda f, args, kwargs: Const(True)  # inside a captured region it is
 
 

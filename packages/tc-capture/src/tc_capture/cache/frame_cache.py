@@ -24,8 +24,8 @@ import weakref
 
 import tc_ir
 
-from .callees import binder, call_module, module_forward, plain_module_call, python_target
-from .compile_region import (
+from ..resume.callees import binder, call_module, module_forward, plain_module_call, python_target
+from ..resume.compile_region import (
     CompileError,
     Entry,
     GraphBreakError,
@@ -35,9 +35,9 @@ from .compile_region import (
     distinct_breaks,
     line_at,
 )
-from .concrete import OPS as CONCRETE_OPS
-from .concrete import CFrame
-from .native_resume import resume_natively
+from ..resume.concrete import OPS as CONCRETE_OPS
+from ..resume.concrete import CFrame
+from ..resume.native_resume import resume_natively
 
 log_recompiles = tc_ir.logs.get_logger("recompiles")
 _tls = threading.local()

@@ -17,7 +17,7 @@ import tokenize
 
 import torch
 
-from .sources import RUNTIME_NAMES, Source
+from .sources import RUNTIME_NAMES, Source, pretty
 
 _HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
 _TYPE_NAMES = {int: "int", float: "float", bool: "bool", str: "str", type(None): "NoneType"}
@@ -62,8 +62,6 @@ class GuardSet:
             self.fast.append(guard)
 
     def readable(self, source: Source) -> str:
-        from .sources import pretty
-
         return pretty(source, self.names)
 
     def type_is(self, source: Source, value: object) -> None:

@@ -9,6 +9,7 @@ them on every call stays cheap.
 
 from __future__ import annotations
 
+import gc
 import re
 
 import torch
@@ -70,8 +71,6 @@ KEY_TABLE: list = []
 
 def dict_of_view(view) -> dict:
     """The dict behind a dict view (``view.mapping`` is a read-only proxy whose one referent is it)."""
-    import gc
-
     (found,) = gc.get_referents(view.mapping)
     return found
 

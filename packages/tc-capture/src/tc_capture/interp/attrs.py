@@ -12,7 +12,9 @@ import types
 
 import torch
 
-from ..variables import (
+from .base import Unsupported, call_function
+from .record import record, run_fake
+from .variables import (
     BoundV,
     Const,
     DataDictV,
@@ -30,8 +32,6 @@ from ..variables import (
     V,
     ViewV,
 )
-from .record import record, run_fake
-from .session import Unsupported
 
 _MODULE_DICTS = ("_parameters", "_buffers", "_modules")
 _TENSOR_META = {"shape", "dtype", "device", "ndim", "requires_grad", "is_cuda", "is_leaf", "layout",
@@ -114,8 +114,6 @@ def _named_tuple_attr(f, obj: TupleV, name: str) -> V:
 def _builtin_obj_attr(obj: V, name: str) -> V:
     """Iterators, lazy map/filter/zip, dict views, sets: ``hasattr`` answers as Python does; a
     method found is bound (calling one that has no rule is a break)."""
-    from .builtins_ import type_of
-
     kind = type_of(obj)
     if not hasattr(kind, name):
         raise AttrMissing(f"{kind.__name__!r} object has no attribute {name!r}")
@@ -231,8 +229,6 @@ def _lookup(cls: type, name: str, start_after: type | None = None):
 def _class_attr(f, obj: V, cls: type, name: str, start_after: type | None = None) -> V:
     found, desc = _lookup(cls, name, start_after)
     if found and isinstance(desc, property):
-        from .calls import call_function
-
         if desc.fget is None:
             raise Unsupported(f"property {name} has no getter")
         return call_function(f, Const(desc.fget), [obj], {})
@@ -258,8 +254,6 @@ def _class_attr(f, obj: V, cls: type, name: str, start_after: type | None = None
 def _cached_property(f, obj: V, desc, name: str) -> V:
     """First read of a ``functools.cached_property``: its function inlined, the result stored in
     the instance (a side effect like any attribute write), as ``cached_property.__get__`` does."""
-    from .calls import call_function
-
     if isinstance(obj, ObjV) and name in obj.attrs:
         return obj.attrs[name]
     value = call_function(f, Const(desc.func), [obj], {})
@@ -298,3 +292,32 @@ def set_attr(f, obj: V, name: str, value: V) -> None:
         f.session.side_effects.append(("setattr", obj, name, value))
         return
     raise Unsupported(f"attribute assignment .{name} on {type(obj).__name__}")
+
+
+_VIEW_TYPES = {"keys": type({}.keys()), "values": type({}.values()), "items": type({}.items())}
+
+
+def type_of(v: V) -> type:
+    """The type Python would report; a value whose type is not known exactly is a break (guessing
+    ``object`` made ``isinstance``/``type()`` answer wrongly)."""
+    if isinstance(v, TensorV):
+        return v.node.meta.get("type", torch.Tensor) if v.source is not None else torch.Tensor
+    if isinstance(v, Const):
+        return type(v.value)
+    if isinstance(v, ObjV):
+        return v.cls
+    if isinstance(v, TupleV):
+        return v.cls
+    if isinstance(v, DictV):
+        return v.cls
+    if isinstance(v, (IterV, LazyV)) and v.cls is not None:
+        return v.cls
+    if isinstance(v, ViewV):
+        return _VIEW_TYPES[v.kind]
+    if isinstance(v, BoundV):
+        python = isinstance(v.func, FuncV) or isinstance(v.func, Const) and isinstance(v.func.value, types.FunctionType)
+        return types.MethodType if python else types.BuiltinMethodType
+    known = {ListV: list, SetV: set, FuncV: types.FunctionType, MethodV: types.BuiltinMethodType}
+    if type(v) in known:
+        return known[type(v)]
+    raise Unsupported(f"the type of a {type(v).__name__} is not known exactly")

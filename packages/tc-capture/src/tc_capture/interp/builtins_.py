@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import operator
 import types
 
 import torch
 
-from ..variables import BoundV, Const, DictV, FuncV, IterV, LazyV, ListV, MethodV, ObjV, SetV, SuperV, TensorV, TupleV, V, ViewV
-from .pyops import binary, items_of, realize_const
+from .attrs import AttrMissing, get_attr, set_attr, type_of
+from .base import Unsupported, call_function
+from .iteration import iterate, pull
+from .pyops import binary, items_of, realize_const, set_add
 from .record import record
-from .session import Unsupported
+from .truth import call_own, own_method, truth
+from .variables import BoundV, Const, DictV, FuncV, IterV, LazyV, ListV, MethodV, ObjV, SetV, SuperV, TensorV, TupleV, V, ViewV
 
 BUILTINS: dict = {}
 
@@ -31,8 +36,6 @@ def _consts(args) -> list:
 @builtin(len)
 def length(f, args, kwargs=None) -> V:
     (v,) = args
-    from .pyops import call_own, own_method
-
     if own_method(v, "__len__") is not None:
         return call_own(f, own_method(v, "__len__"), v)
     if isinstance(v, (ListV, TupleV, SetV, DictV)):
@@ -46,39 +49,8 @@ def length(f, args, kwargs=None) -> V:
             f.session.guards.length(v.source, v.value)
         return Const(len(v.value))
     if isinstance(v, ObjV) and isinstance(getattr(v.cls, "__len__", None), types.FunctionType):
-        from .calls import call_function
-
         return call_function(f, BoundV(Const(v.cls.__len__), v), [], {})
     raise Unsupported(f"len() of {type(v).__name__}")
-
-
-_VIEW_TYPES = {"keys": type({}.keys()), "values": type({}.values()), "items": type({}.items())}
-
-
-def type_of(v: V) -> type:
-    """The type Python would report; a value whose type is not known exactly is a break (guessing
-    ``object`` made ``isinstance``/``type()`` answer wrongly)."""
-    if isinstance(v, TensorV):
-        return v.node.meta.get("type", torch.Tensor) if v.source is not None else torch.Tensor
-    if isinstance(v, Const):
-        return type(v.value)
-    if isinstance(v, ObjV):
-        return v.cls
-    if isinstance(v, TupleV):
-        return v.cls
-    if isinstance(v, DictV):
-        return v.cls
-    if isinstance(v, (IterV, LazyV)) and v.cls is not None:
-        return v.cls
-    if isinstance(v, ViewV):
-        return _VIEW_TYPES[v.kind]
-    if isinstance(v, BoundV):
-        python = isinstance(v.func, FuncV) or isinstance(v.func, Const) and isinstance(v.func.value, types.FunctionType)
-        return types.MethodType if python else types.BuiltinMethodType
-    known = {ListV: list, SetV: set, FuncV: types.FunctionType, MethodV: types.BuiltinMethodType}
-    if type(v) in known:
-        return known[type(v)]
-    raise Unsupported(f"the type of a {type(v).__name__} is not known exactly")
 
 
 @builtin(isinstance)
@@ -127,8 +99,6 @@ def _scalar(kind):
         if any(isinstance(a, TensorV) for a in args):
             raise Unsupported(f"{kind.__name__}() of a tensor reads its data")
         if kind is bool and args and not isinstance(args[0], Const):
-            from .truth import truth
-
             return Const(truth(f, args[0]))
         try:
             return Const(kind(*_consts(args), **{k: realize_const(v) for k, v in kwargs.items()}))
@@ -162,8 +132,6 @@ def _minmax(fn):
 def _keys(f, items: list, key: V | None) -> list:
     """Sort keys of ``items``: a key function is called like any other (a Python one inlined, in
     order), never run for real while capturing."""
-    from .calls import call_function
-
     if key is None or isinstance(key, Const) and key.value is None:
         return [realize_const(x) for x in items]
     return [realize_const(call_function(f, key, [x], {})) for x in items]
@@ -184,9 +152,6 @@ def _sorted(f, args, kwargs) -> V:
 
 def _any_all(f, fn, iterable: V) -> V:
     """Short-circuits like Python: a lazy iterable is consumed only up to the deciding item."""
-    from .iteration import iterate, pull
-    from .truth import truth
-
     it = iterate(f, iterable)
     while (x := pull(f, it)) is not None:
         if truth(f, x) is (fn is any):
@@ -233,8 +198,6 @@ def tuple_(f, args, kwargs) -> V:
 
 @builtin(set)
 def set_(f, args, kwargs) -> V:
-    from .ops_data import set_add
-
     s = SetV([])
     for item in items_of(f, args[0]) if args else []:
         set_add(s.items, item)
@@ -263,15 +226,11 @@ def dict_(f, args, kwargs) -> V:
 
 @builtin(iter)
 def iter_(f, args, kwargs) -> V:
-    from .iteration import iterate
-
     return iterate(f, args[0])
 
 
 @builtin(next)
 def next_(f, args, kwargs) -> V:
-    from .iteration import pull
-
     item = pull(f, args[0])
     if item is None:
         if len(args) > 1:
@@ -284,8 +243,6 @@ def next_(f, args, kwargs) -> V:
 # the object is consumed; see iteration.pull.
 @builtin(enumerate)
 def enumerate_(f, args, kwargs) -> V:
-    from .iteration import iterate
-
     start = realize_const(args[1]) if len(args) > 1 else realize_const(kwargs.get("start", Const(0)))
     if type(start) is not int:
         raise Unsupported("enumerate() with a start that is not an int")
@@ -294,8 +251,6 @@ def enumerate_(f, args, kwargs) -> V:
 
 @builtin(zip)
 def zip_(f, args, kwargs) -> V:
-    from .iteration import iterate
-
     strict = kwargs.pop("strict", Const(False)) if "strict" in kwargs else Const(False)
     if kwargs:
         raise Unsupported(f"zip() with keyword arguments {sorted(kwargs)}")
@@ -313,8 +268,6 @@ def reversed_(f, args, kwargs) -> V:
 
 @builtin(map)
 def map_(f, args, kwargs) -> V:
-    from .iteration import iterate
-
     if len(args) < 2 or kwargs:
         raise Unsupported("map() needs a function and at least one iterable")
     return LazyV(map, args[0], [iterate(f, a) for a in args[1:]])
@@ -322,8 +275,6 @@ def map_(f, args, kwargs) -> V:
 
 @builtin(filter)
 def filter_(f, args, kwargs) -> V:
-    from .iteration import iterate
-
     if len(args) != 2 or kwargs:
         raise Unsupported("filter() takes a function and one iterable")
     return LazyV(filter, args[0], [iterate(f, args[1])])
@@ -331,8 +282,6 @@ def filter_(f, args, kwargs) -> V:
 
 @builtin(getattr)
 def getattr_(f, args, kwargs) -> V:
-    from .attrs import AttrMissing, get_attr
-
     try:
         return get_attr(f, args[0], realize_const(args[1]))
     except AttrMissing:
@@ -343,8 +292,6 @@ def getattr_(f, args, kwargs) -> V:
 
 @builtin(hasattr)
 def hasattr_(f, args, kwargs) -> V:
-    from .attrs import AttrMissing, get_attr
-
     try:
         get_attr(f, args[0], realize_const(args[1]))
         return Const(True)
@@ -354,8 +301,6 @@ def hasattr_(f, args, kwargs) -> V:
 
 @builtin(setattr)
 def setattr_(f, args, kwargs) -> V:
-    from .attrs import set_attr
-
     set_attr(f, args[0], realize_const(args[1]), args[2])
     return Const(None)
 
@@ -470,8 +415,6 @@ def _module_walk(method: str):
 
 
 def _walk_source(f, mod_v: Const, qualname: str) -> V:
-    from .attrs import get_attr
-
     v = mod_v
     for part in qualname.split(".") if qualname else ():
         v = get_attr(f, v, part)
@@ -486,9 +429,6 @@ for _m in ("parameters", "named_parameters", "buffers", "named_buffers", "childr
 @builtin(__import__("inspect").signature)
 def signature_(f, args, kwargs) -> V:
     """``inspect.signature(fn)``: a record of a function known at capture time."""
-    import inspect
-    import types
-
     fn = args[0]
     if isinstance(fn, BoundV) and isinstance(fn.func, Const) and isinstance(fn.self_v, Const):
         real = types.MethodType(fn.func.value, fn.self_v.value)
@@ -514,8 +454,6 @@ def warn_(f, args, kwargs) -> V:
 def torch_assert_(f, args, kwargs) -> V:
     """``torch._assert(cond, msg)`` (torchvision's shape checks): on a Python condition it is an
     ``assert`` answered at capture time, so the graph gets no node; on a tensor it is recorded."""
-    from .record import record
-
     cond = args[0] if args else kwargs["condition"]
     if isinstance(cond, TensorV):
         return record(f.session, torch._assert, tuple(args), kwargs)
@@ -549,15 +487,11 @@ def record_function_(f, args, kwargs) -> V:
     captured region: its enter/exit are profiler calls with no effect on values, and a label
     around some ops of a fused graph would not name what the profiler sees anyway. It becomes a
     ``nullcontext`` (what ``as`` binds is ``None``)."""
-    import contextlib
-
     return ObjV(contextlib.nullcontext, {"enter_result": Const(None)})
 
 
 # ---- sets built while capturing (SetV): mutations and queries ------------------------------------
 def _set_of(f, v: V) -> list:
-    from .ops_data import set_add
-
     out: list = []
     for x in items_of(f, v):
         set_add(out, x)
@@ -565,8 +499,6 @@ def _set_of(f, v: V) -> list:
 
 
 def _set_update(f, s, *others):
-    from .ops_data import set_add
-
     for other in others:
         for x in _set_of(f, other):
             set_add(s.items, x)

@@ -22,8 +22,16 @@ import torch
 
 import tc_ir
 
-from .. import sources as S
-from ..variables import (
+from ..cache import sources as S
+from . import queries
+from .base import Unsupported, defines
+from .builtins_ import BUILTINS, bind_namedtuple
+from .cond import capture_cond
+from .contexts import CONTEXT_CLASSES, make_context, restore
+from .frame import Frame
+from .pyops import binary, items_of, realize_const
+from .record import DATA_METHODS, record, to_fake
+from .variables import (
     BoundV,
     CellV,
     Const,
@@ -40,9 +48,6 @@ from ..variables import (
     TupleV,
     V,
 )
-from . import queries
-from .record import DATA_METHODS, record, to_fake
-from .session import Unsupported
 
 # Folder prefixes end with a separator: ".../site-packages/torch" must not match torchvision.
 _STDLIB = os.path.join(os.path.realpath(sysconfig.get_paths()["stdlib"]), "")
@@ -70,6 +75,7 @@ _TORCH_CONSTANTS = {torch.jit.is_scripting: False, torch.jit.is_tracing: False, 
 _PURE_MODULES = {"math", "operator", "_operator", "builtins", "itertools", "functools", "string", "inspect"}
 
 
+@defines
 def call_function(f, fn: V, args: list[V], kwargs: dict[str, V]) -> V:
     if isinstance(fn, BoundV):
         if isinstance(fn.self_v, Const) and fn.self_v.value is os.environ:
@@ -87,9 +93,6 @@ def call_function(f, fn: V, args: list[V], kwargs: dict[str, V]) -> V:
 
 
 def _call_const(f, fn: Const, args, kwargs) -> V:
-    from .builtins_ import BUILTINS
-    from .contexts import CONTEXT_CLASSES, make_context
-
     value = fn.value
     handler = BUILTINS.get(value) if _hashable(value) else None
     if handler is not None:
@@ -97,8 +100,6 @@ def _call_const(f, fn: Const, args, kwargs) -> V:
     if _hashable(value) and value in CONTEXT_CLASSES:
         return make_context(f, value, args, kwargs)
     if value is tc_ir.ops.cond:
-        from .cond import capture_cond
-
         return capture_cond(f, args, kwargs)
     if isinstance(value, torch.nn.Module):
         return call_module(f, fn, args, kwargs)
@@ -136,8 +137,6 @@ def _call_const(f, fn: Const, args, kwargs) -> V:
     if isinstance(value, type):
         return construct(f, value, args, kwargs)
     if _foldable(value, args, kwargs):
-        from .pyops import realize_const
-
         real_args = [realize_const(a) for a in args]
         try:
             out = value(*real_args, **{k: realize_const(v) for k, v in kwargs.items()})
@@ -160,8 +159,6 @@ _ENVIRON_READS = {"get", "__getitem__", "__contains__"}
 def _environ_read(f, fn: BoundV, args, kwargs) -> V:
     """``os.environ.get(name, default)`` / ``os.environ[name]`` / ``name in os.environ``: read now
     and guarded on the variable's value (inlining ``Mapping.get`` raised and caught a KeyError)."""
-    from .pyops import realize_const
-
     name = getattr(realize_const(fn.func), "__name__", None)
     if name not in _ENVIRON_READS or kwargs or not all(isinstance(a, Const) for a in args):
         raise Unsupported(f"os.environ.{name} is not a read this interpreter answers")
@@ -351,8 +348,6 @@ def _tensor_value(name: str, args, kwargs) -> V | None:
 
 def _pointwise_with_tensor_value(f, name: str, self_v: V, args, kwargs) -> V:
     """``p.addcdiv_(t1, t2, value=v)`` with a tensor ``v``: ``p.add_(t1 / t2 * v)``."""
-    from .pyops import binary
-
     t1, t2, value = args[0], args[1], _tensor_value(name, args, kwargs)
     update = binary(f, operator.mul, binary(f, _POINTWISE[name], t1, t2), value)
     return record(f.session, "add_", (self_v, update), {})
@@ -367,8 +362,6 @@ def _foreach_with_tensor_scalars(f, fn, args, kwargs) -> V:
     """``torch._foreach_addcdiv_(xs, t1s, t2s, scalars)`` with a tensor of scalars (Adam's
     foreach path when compiling): one in-place update per list element, ``scalars[i]`` read in
     the graph."""
-    from .pyops import items_of
-
     name = _FOREACH_POINTWISE[fn]
     selves, t1s, t2s = (items_of(f, a) for a in args[:3])
     scalars = _tensor_scalars(args, kwargs)
@@ -437,8 +430,6 @@ def call_module(f, mod_v: Const, args, kwargs) -> V:
 # ---- classes --------------------------------------------------------------------------------------
 def construct(f, cls: type, args, kwargs) -> V:
     if issubclass(cls, tuple) and hasattr(cls, "_fields"):
-        from .builtins_ import bind_namedtuple
-
         return bind_namedtuple(cls, args, kwargs)
     if issubclass(cls, dict) and dataclasses.is_dataclass(cls) and hasattr(cls, "to_tuple"):
         return _model_output(cls, args, kwargs)
@@ -500,8 +491,6 @@ def _skip_reason(fn) -> str | None:
 
 
 def inline(f, fn, args: list[V], kwargs: dict[str, V], source: S.Source | None = None) -> V:
-    from .frame import Frame
-
     reason = _skip_reason(fn)
     if reason is not None:
         raise Unsupported(f"call to {reason}")
@@ -593,8 +582,6 @@ def bind_args(code, defaults, kwdefaults, args: list[V], kwargs: dict[str, V]) -
 
 
 def exit_mode(f, ex: ExitV) -> V:
-    from .contexts import restore
-
     restore(f, ex)
     return Const(None)
 

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import tc_ir
 
-from ..variables import Const, ListV, TensorV, TupleV, V
+from .base import Unsupported, call_function
 from .record import _spec, wrap_result
-from .session import Unsupported
+from .variables import Const, ListV, TensorV, TupleV, V
 
 
 def capture_cond(f, args, kwargs) -> V:
-    from .calls import call_function
-
     names = ("pred", "true_fn", "false_fn", "operands")
     bound = dict(zip(names, args), **kwargs)
     pred, true_fn, false_fn, operands = (bound[n] for n in names)
@@ -28,8 +26,6 @@ def capture_cond(f, args, kwargs) -> V:
 
 
 def _branch(f, name: str, fn: V, ops: list[TensorV]):
-    from .calls import call_function
-
     session = f.session
     outer = session.graph
     sub = tc_ir.Graph(name)

@@ -8,11 +8,15 @@ when capture ends.
 
 from __future__ import annotations
 
+import inspect
+import types
+
 import torch
 
-from ..variables import AutocastV, Const, ExitV, GradModeV, ObjV, V
-from .frame import handler
-from .session import Unsupported
+from .attrs import get_attr
+from .base import Unsupported, call_function, handler
+from .pyops import realize_const
+from .variables import AutocastV, Const, ExitV, GradModeV, ObjV, V
 
 _enter_autocast = torch.amp.autocast_mode._enter_autocast
 _exit_autocast = torch.amp.autocast_mode._exit_autocast
@@ -29,8 +33,6 @@ def set_grad(f, enabled: bool) -> None:
 
 
 def make_context(f, cls, args, kwargs) -> V:
-    from .pyops import realize_const
-
     if cls is torch.no_grad:
         return GradModeV(False)
     if cls is torch.enable_grad:
@@ -64,9 +66,6 @@ def enter(f, ctx: V) -> tuple[V, V]:
 def _enter_python(f, ctx: V) -> tuple[V, V]:
     """A context manager written in Python (``nullcontext()``, a user class): its ``__enter__``
     is inlined and its bound ``__exit__`` left on the stack, called like any method later."""
-    from .attrs import get_attr
-    from .calls import call_function
-
     if not isinstance(ctx, (ObjV, Const)) or isinstance(ctx, Const) and not _python_dunders(type(ctx.value)):
         raise Unsupported(f"`with` on {_type_name(ctx)}")
     exit_fn = get_attr(f, ctx, "__exit__")
@@ -74,8 +73,6 @@ def _enter_python(f, ctx: V) -> tuple[V, V]:
 
 
 def _python_dunders(cls: type) -> bool:
-    import types
-
     return all(isinstance(getattr(cls, name, None), types.FunctionType) for name in ("__enter__", "__exit__"))
 
 
@@ -84,8 +81,6 @@ def _type_name(ctx: V) -> str:
 
 
 def _autocast_args(ctx: AutocastV) -> tuple:
-    import inspect
-
     sig = inspect.signature(torch.amp.autocast.__init__)
     bound = sig.bind(None, *ctx.args, **ctx.kwargs)
     bound.apply_defaults()

@@ -9,27 +9,16 @@ into the graph.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from types import CodeType
-from typing import Any
 
 from ..bytecode import decode
-from ..variables import V
-from .session import Session, Unsupported
+from .base import DONE, HANDLERS, Unsupported
+from .session import Session
+from .variables import V
 
-HANDLERS: dict[str, Callable[[Frame, Any], Any]] = {}
 MAX_DEPTH = 40
 MAX_STEPS = 300_000
-DONE = object()
 
-
-def handler(*names: str):
-    def register(fn):
-        for name in names:
-            HANDLERS[name] = fn
-        return fn
-
-    return register
 
 
 class BreakHere(Exception):

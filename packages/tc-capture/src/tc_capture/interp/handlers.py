@@ -9,9 +9,8 @@ code after it are captured. Re-raising (no clause matched, the end of a ``finall
 
 from __future__ import annotations
 
-from ..variables import Const, TupleV
-from .frame import handler
-from .session import Unsupported
+from .base import Unsupported, handler
+from .variables import Const, TupleV
 
 
 @handler("PUSH_EXC_INFO")

@@ -8,9 +8,13 @@ import types
 
 import torch
 
-from ..variables import BoundV, Const, DictV, IterV, LazyV, ListV, ObjV, SetV, TensorV, TupleV, V, ViewV
-from .frame import handler
-from .session import Unsupported
+from ..bytecode.versions import SEND_KEEPS_RECEIVER, for_iter_exit
+from .attrs import _lookup
+from .base import Unsupported, call_function, defines, handler
+from .pyops import items_of, view_items
+from .record import record
+from .truth import truth
+from .variables import BoundV, Const, DictV, IterV, LazyV, ListV, ObjV, SetV, TensorV, TupleV, V, ViewV
 
 _MODULE_SEQUENCES = (torch.nn.ModuleList, torch.nn.Sequential, torch.nn.ParameterList)
 
@@ -19,6 +23,7 @@ _ITER_TYPES = {ListV: type(iter([])), TupleV: type(iter(())), DictV: type(iter({
 _VIEW_ITER_TYPES = {"keys": type(iter({})), "values": type(iter({}.values())), "items": type(iter({}.items()))}
 
 
+@defines
 def iterate(f, v: V) -> IterV | LazyV:
     if isinstance(v, (IterV, LazyV)):
         return v
@@ -41,16 +46,6 @@ def iterate(f, v: V) -> IterV | LazyV:
     raise Unsupported(f"iteration over {type(v).__name__}")
 
 
-def view_items(v: ViewV) -> list[V]:
-    """What a dict view holds now."""
-    items = v.dict_v.items
-    if v.kind == "keys":
-        return [Const(k) for k in items]
-    if v.kind == "values":
-        return list(items.values())
-    return [TupleV([Const(k), x]) for k, x in items.items()]
-
-
 def set_order(v: SetV) -> list[V]:
     """A set's items in the order CPython iterates them (hash order, not insertion order)."""
     if not all(isinstance(x, Const) for x in v.items):
@@ -59,6 +54,7 @@ def set_order(v: SetV) -> list[V]:
     return [by_value[k] for k in set(by_value)]
 
 
+@defines
 def pull(f, it: V) -> V | None:
     """The next item of an iterator, ``None`` once it is exhausted."""
     if isinstance(it, IterV):
@@ -72,9 +68,6 @@ def pull(f, it: V) -> V | None:
 
 
 def _pull_lazy(f, it: LazyV) -> V | None:
-    from .calls import call_function
-    from .truth import truth
-
     if it.cls is filter:
         while (x := pull(f, it.iters[0])) is not None:
             keep = x if isinstance(it.fn, Const) and it.fn.value is None else call_function(f, it.fn, [x], {})
@@ -103,8 +96,6 @@ def _check_strict(f, it: LazyV, group: list) -> None:
 
 
 def _tensor_rows(f, v: TensorV) -> IterV:
-    from .record import record
-
     if v.fake.dim() == 0:
         raise Unsupported("iteration over a 0-d tensor")
     return IterV([record(f.session, operator.getitem, (v, Const(i)), {}) for i in range(v.fake.shape[0])])
@@ -141,8 +132,6 @@ def _object_items(f, v: V, cls: type) -> IterV:
     ``Sequence`` contract (``self[len(self)]`` raises ``IndexError``, smaller indices do not);
     Hugging Face's ``config.per_layer_config`` view is one.
     """
-    from .attrs import _lookup
-
     found, it = _lookup(cls, "__iter__")
     if found and isinstance(it, types.FunctionType) and it is not collections.abc.Sequence.__iter__:
         return _inline_iter(f, v, cls, it)
@@ -155,8 +144,6 @@ def _object_items(f, v: V, cls: type) -> IterV:
 
 
 def _inline_iter(f, v: V, cls: type, method) -> IterV:
-    from .calls import call_function
-
     result = call_function(f, BoundV(Const(method), v), [], {})
     if result is v or isinstance(result, Const) and isinstance(v, Const) and result.value is v.value:
         raise Unsupported(f"iteration over {cls.__name__} (__iter__ returns self: a stateful __next__)")
@@ -164,8 +151,6 @@ def _inline_iter(f, v: V, cls: type, method) -> IterV:
 
 
 def _sequence_items(f, v: V, cls: type, get, length) -> list[V]:
-    from .calls import call_function
-
     n = call_function(f, BoundV(Const(length), v), [], {})
     if not (isinstance(n, Const) and type(n.value) is int):
         raise Unsupported(f"iteration over {cls.__name__} (its __len__ is not a known int)")
@@ -187,8 +172,6 @@ def op_get_iter(f, inst):
 
 @handler("FOR_ITER")
 def op_for_iter(f, inst):
-    from ..bytecode.versions import for_iter_exit
-
     it = f.stack[-1]
     if not isinstance(it, (IterV, LazyV)):
         raise Unsupported(f"FOR_ITER on {type(it).__name__}")
@@ -226,9 +209,6 @@ def op_get_yield_from_iter(f, inst):
 
 @handler("SEND")
 def op_send(f, inst):
-    from ..bytecode.versions import SEND_KEEPS_RECEIVER
-    from .pyops import items_of
-
     sent = f.pop()
     if not (isinstance(sent, Const) and sent.value is None):
         raise Unsupported("send() of a value into a sub-generator")

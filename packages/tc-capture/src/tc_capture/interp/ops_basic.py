@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import builtins
 
-from .. import sources as S
-from ..variables import NULL_V, CellV, Const, NullV, TensorV, V
-from .frame import DONE, handler
-from .session import Unsupported
+from ..cache import sources as S
+from .base import DONE, Unsupported, handler
 from .truth import truth
+from .variables import NULL_V, CellV, Const, NullV, TensorV, V
 
 
 @handler("NOP", "KW_NAMES_DONE")

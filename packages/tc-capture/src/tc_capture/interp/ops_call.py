@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from ..variables import NULL_V, Const, DictV, FuncV, ListV, NullV, SuperV, TupleV
 from .attrs import get_attr, set_attr
+from .base import Unsupported, handler
 from .calls import call_function
-from .frame import handler
 from .pyops import items_of
-from .session import Unsupported
+from .variables import NULL_V, Const, DictV, FuncV, ListV, NullV, SuperV, TupleV
 
 
 @handler("KW_NAMES")

@@ -6,12 +6,13 @@ import operator
 
 import torch
 
-from ..variables import Const, DataDictV, DictV, ListV, SetV, TensorV, TupleV, V
 from . import tensor_keys
-from .frame import handler
-from .pyops import BINARY, UNARY, binary, call_own, compare, contains, fold, identity, items_of, own_method, realize_const, unary
+from .base import Unsupported, handler
+from .builtins_ import length
+from .pyops import BINARY, UNARY, binary, compare, contains, fold, identity, items_of, realize_const, set_add, unary
 from .record import record
-from .session import Unsupported
+from .truth import call_own, own_method, truth
+from .variables import Const, DataDictV, DictV, ListV, SetV, TensorV, TupleV, V
 
 
 @handler("BUILD_TUPLE")
@@ -22,16 +23,6 @@ def op_build_tuple(f, inst):
 @handler("BUILD_LIST")
 def op_build_list(f, inst):
     f.push(ListV(f.popn(inst.arg)))
-
-
-def set_add(items: list, v: V) -> None:
-    """Add to a set's items: constants equal to one already there, or the same value, are dropped."""
-    if isinstance(v, Const):
-        if any(isinstance(x, Const) and x.value == v.value for x in items):
-            return
-    elif any(x is v for x in items):
-        return
-    items.append(v)
 
 
 @handler("BUILD_SET")
@@ -278,8 +269,6 @@ def op_unary(f, inst):
 
 @handler("UNARY_NOT")
 def op_not(f, inst):
-    from .truth import truth
-
     f.push(Const(not truth(f, f.pop())))
 
 
@@ -296,8 +285,6 @@ def op_format_value(f, inst):
 
 @handler("GET_LEN")
 def op_get_len(f, inst):
-    from .builtins_ import length
-
     f.push(length(f, f.stack[-1]))
 
 

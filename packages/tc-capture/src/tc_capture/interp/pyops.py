@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import operator
+import types
 
 import torch
 
-from ..variables import Const, DictV, IterV, ListV, ObjV, SetV, TensorV, TupleV, V, ViewV
+from . import tensor_keys
+from .base import Unsupported, call_function, iterate, pull
 from .record import record
-from .session import Unsupported
+from .truth import call_own, own_method, truth
+from .variables import Const, DictV, IterV, ListV, ObjV, SetV, TensorV, TupleV, V, ViewV
 
 BINARY = {
     "+": operator.add, "&": operator.and_, "//": operator.floordiv, "<<": operator.lshift,
@@ -36,8 +39,6 @@ def fold(fn, *args: V) -> Const:
 def binary(f, fn, a: V, b: V) -> V:
     own = _own_dunder(a, fn)
     if own is not None:
-        from .calls import call_function
-
         return call_function(f, Const(own), [a, b], {})
     if isinstance(a, TensorV) or isinstance(b, TensorV):
         return record(f.session, fn, (a, b), {})
@@ -53,31 +54,12 @@ _DUNDERS = {operator.add: "__add__", operator.sub: "__sub__", operator.mul: "__m
             operator.isub: "__isub__", operator.imul: "__imul__", operator.ior: "__ior__", operator.iand: "__iand__"}
 
 
-def own_method(v: V, name: str):
-    """The Python function ``v``'s class defines for dunder ``name`` when ``v`` is a tuple
-    subclass (a ``NamedTuple`` with its own ``__len__``, ``__eq__``, ``__iter__``...), else None."""
-    import types
-
-    if not (isinstance(v, TupleV) and v.cls is not tuple):
-        return None
-    method = getattr(v.cls, name, None)
-    return method if isinstance(method, types.FunctionType) else None
-
-
-def call_own(f, method, *args: V) -> V:
-    from .calls import call_function
-
-    return call_function(f, Const(method), list(args), {})
-
-
 def _own_dunder(a: V, fn):
     """A Python-level operator method of a tuple subclass (a ``NamedTuple`` with its own
     ``__add__``): called like any method instead of the tuple algebra. The in-place forms fall
     back to the plain one, as Python does."""
     if not (isinstance(a, TupleV) and a.cls is not tuple):
         return None
-    import types
-
     for name in (_DUNDERS.get(fn), _DUNDERS.get(_INPLACE_TO_PLAIN.get(fn))):
         method = getattr(a.cls, name, None) if name else None
         if isinstance(method, types.FunctionType):
@@ -175,16 +157,12 @@ def identity(a: V, b: V) -> bool:
 def contains(f, item: V, container: V) -> bool:
     own = own_method(container, "__contains__")
     if own is not None:
-        from .truth import truth
-
         return truth(f, call_own(f, own, container, item))
     if isinstance(container, DictV):
         return realize_const(item) in container.items
     if isinstance(container, ViewV):
         if container.kind == "keys":
             return realize_const(item) in container.dict_v.items
-        from .iteration import view_items
-
         return contains(f, item, ListV(view_items(container)))
     if isinstance(container, (ListV, TupleV, SetV)):
         if isinstance(item, TensorV):
@@ -195,8 +173,6 @@ def contains(f, item: V, container: V) -> bool:
                 return True
         return False
     if isinstance(container, Const):
-        from . import tensor_keys
-
         if tensor_keys.is_tensor_lookup(container, item):
             return tensor_keys.contains(f, container, item)
         if isinstance(container.value, torch.nn.Module):
@@ -242,8 +218,6 @@ def realize_const(v: V):
 
 def items_of(f, v: V) -> list[V]:
     """The items of an iterable value, in order (lists, tuples, dict keys, ranges, iterators...)."""
-    from .iteration import iterate, pull
-
     it = iterate(f, v)
     if isinstance(it, IterV):
         items = it.items[it.index:]
@@ -261,3 +235,23 @@ def is_obj(v: V) -> bool:
 
 def iter_of(v: V) -> IterV:
     return v if isinstance(v, IterV) else None
+
+
+def view_items(v: ViewV) -> list[V]:
+    """What a dict view holds now."""
+    items = v.dict_v.items
+    if v.kind == "keys":
+        return [Const(k) for k in items]
+    if v.kind == "values":
+        return list(items.values())
+    return [TupleV([Const(k), x]) for k, x in items.items()]
+
+
+def set_add(items: list, v: V) -> None:
+    """Add to a set's items: constants equal to one already there, or the same value, are dropped."""
+    if isinstance(v, Const):
+        if any(isinstance(x, Const) and x.value == v.value for x in items):
+            return
+    elif any(x is v for x in items):
+        return
+    items.append(v)

@@ -18,9 +18,10 @@ import re
 import types
 
 import torch
+import torch.utils._python_dispatch as pd
 
-from ..variables import Const, V
-from .session import Unsupported
+from .base import Unsupported
+from .variables import Const, ListV, V
 
 
 def _lookup(path: str):
@@ -77,8 +78,6 @@ def is_query(fn) -> bool:
 
 def dispatch_stack_query(fn) -> bool:
     """``torch.utils._python_dispatch._get_current_dispatch_mode_stack()`` (``_is_make_fx_tracing``)."""
-    import torch.utils._python_dispatch as pd
-
     return fn is getattr(pd, "_get_current_dispatch_mode_stack", None)
 
 
@@ -135,6 +134,4 @@ def empty_dispatch_stack(f) -> V:
     if torch._C._len_torch_dispatch_stack() != 0:
         raise Unsupported("a TorchDispatchMode is active")
     _guard(f, torch._C._len_torch_dispatch_stack, "torch._C._len_torch_dispatch_stack", [], {}, 0)
-    from ..variables import ListV
-
     return ListV([])

@@ -9,8 +9,9 @@ import torch
 
 import tc_ir
 
-from ..variables import Const, DictV, ListV, TensorV, TupleV, V
-from .session import Session, Unsupported
+from .base import Unsupported
+from .session import Session
+from .variables import Const, DictV, ListV, TensorV, TupleV, V
 
 _PLAIN = (int, float, bool, str, type(None), complex, torch.dtype, torch.device, torch.memory_format,
           torch.layout, type(Ellipsis), torch.Size)

@@ -10,12 +10,10 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import tc_ir
 
-from .. import sources as S
-from ..guards import GuardSet
-from ..variables import NULL_V, BoundV, Const, DictV, ExitV, IterV, ListV, TensorV, TupleV, V, ViewV
-
-NULL = type("NULL", (), {"__repr__": lambda self: "NULL", "__slots__": ()})()
-UNBOUND = type("UNBOUND", (), {"__repr__": lambda self: "UNBOUND", "__slots__": ()})()
+from ..cache import sources as S
+from ..cache.guards import GuardSet
+from .base import NULL, Unsupported
+from .variables import NULL_V, BoundV, Const, DictV, ExitV, IterV, ListV, TensorV, TupleV, V, ViewV
 
 _EQ_TYPES = (int, float, bool, str, bytes, complex, type(None), torch.dtype, torch.device,
              torch.memory_format, torch.layout, type(Ellipsis), torch.Size)
@@ -25,17 +23,6 @@ _ID_TYPES = (types.FunctionType, types.BuiltinFunctionType, types.ModuleType, ty
              types.MethodDescriptorType, types.WrapperDescriptorType, types.BuiltinMethodType,
              types.GetSetDescriptorType, types.MemberDescriptorType, staticmethod, classmethod,
              property, types.CodeType, range)
-
-
-class Unsupported(Exception):
-    """Something the interpreter will not capture: becomes a graph break with this reason."""
-
-    def __init__(self, reason: str):
-        super().__init__(reason)
-        self.reason = reason
-        self.filename: str | None = None
-        self.lineno: int | None = None
-        self.nested = False  # raised inside an inlined call (the call then runs as a frame of its own)
 
 
 class ResumeIter:

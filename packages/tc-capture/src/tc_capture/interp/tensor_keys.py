@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import collections
 
-from .. import sources as S
-from ..variables import Const, DictV, ListV, TensorV, V
-from .session import Unsupported
+from ..cache import sources as S
+from .base import Unsupported
+from .variables import Const, DictV, ListV, TensorV, V
 
 _MISSING = object()
 _FACTORIES = {dict: lambda: DictV({}), list: lambda: ListV([])}

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from ..variables import BoundV, Const, DictV, FuncV, IterV, LazyV, ListV, MethodV, ObjV, SetV, TensorV, TupleV, V, ViewV
-from .session import Unsupported
+import types
+
+from .base import Unsupported, call_function
+from .variables import BoundV, Const, DictV, FuncV, IterV, LazyV, ListV, MethodV, ObjV, SetV, TensorV, TupleV, V, ViewV
 
 
 def truth(f, v: V) -> bool:
     if isinstance(v, TensorV):
         raise Unsupported("Python control flow on a tensor value (`if tensor:`, `while tensor:`) depends on data")
     if isinstance(v, TupleV) and v.cls is not tuple:
-        from .pyops import call_own, own_method
-
         for name in ("__bool__", "__len__"):
             if own_method(v, name) is not None:
                 return truth(f, call_own(f, own_method(v, name), v))
@@ -33,3 +33,16 @@ def truth(f, v: V) -> bool:
             f.session.guards.length(v.source, value)
         return bool(value)
     raise Unsupported(f"truth of {type(v).__name__}")
+
+
+def own_method(v: V, name: str):
+    """The Python function ``v``'s class defines for dunder ``name`` when ``v`` is a tuple
+    subclass (a ``NamedTuple`` with its own ``__len__``, ``__eq__``, ``__iter__``...), else None."""
+    if not (isinstance(v, TupleV) and v.cls is not tuple):
+        return None
+    method = getattr(v.cls, name, None)
+    return method if isinstance(method, types.FunctionType) else None
+
+
+def call_own(f, method, *args: V) -> V:
+    return call_function(f, Const(method), list(args), {})

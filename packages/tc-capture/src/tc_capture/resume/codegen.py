@@ -9,9 +9,10 @@ from __future__ import annotations
 import types
 from typing import Any
 
-from .interp.session import NULL, UNBOUND, ModeExit, ResumeIter, Unsupported
-from .sources import REAL_ITERATORS, RUNTIME_NAMES
-from .variables import (
+from ..cache.sources import REAL_ITERATORS, RUNTIME_NAMES
+from ..interp.base import NULL, UNBOUND, Unsupported
+from ..interp.session import ModeExit, ResumeIter
+from ..interp.variables import (
     BoundV,
     CellV,
     Const,

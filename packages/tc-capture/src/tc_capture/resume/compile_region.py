@@ -13,13 +13,13 @@ import torch
 
 import tc_ir
 
-from . import sources as S
+from ..cache import sources as S
+from ..cache.guards import compile_guards
+from ..interp import BreakHere, Frame, Session, Stop, Unsupported
+from ..interp.base import UNBOUND
+from ..interp.variables import CellV, V
 from .codegen import Rebuild, generate_runner
 from .export_meta import returns_spec, user_input
-from .guards import compile_guards
-from .interp import BreakHere, Frame, Session, Stop, Unsupported
-from .interp.session import UNBOUND
-from .variables import CellV, V
 
 log_breaks = tc_ir.logs.get_logger("graph_breaks")
 log_guards = tc_ir.logs.get_logger("guards")

@@ -11,10 +11,10 @@ from __future__ import annotations
 import builtins
 import types
 
-from .bytecode import decode
-from .bytecode.versions import for_iter_exit
-from .interp.pyops import BINARY, COMPARE, UNARY
-from .interp.session import NULL, UNBOUND
+from ..bytecode import decode
+from ..bytecode.versions import for_iter_exit
+from ..interp.base import NULL, UNBOUND
+from ..interp.pyops import BINARY, COMPARE, UNARY
 
 OPS: dict = {}
 _RETURN = object()

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from .variables import Const, DataDictV, DictV, ListV, ObjV, TensorV, TupleV, V
+from ..interp.variables import Const, DataDictV, DictV, ListV, ObjV, TensorV, TupleV, V
 
 
 def returns_spec(v: V, outputs: list) -> Any:

@@ -21,7 +21,7 @@ import dis
 import functools
 import types
 
-from .interp.session import NULL, UNBOUND
+from ..interp.base import NULL, UNBOUND
 
 _OP = dis.opmap
 _FREE_OPS = set(dis.hasfree)
