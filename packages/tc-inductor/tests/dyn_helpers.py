@@ -9,6 +9,7 @@ expressions over ``tc_ir.sym`` symbols: the graphs the capture and autograd laye
 from __future__ import annotations
 
 import dataclasses
+import operator
 from typing import Any
 
 import sympy
@@ -102,8 +103,9 @@ class SymGraph:
         node = self.graph.call(target, *args, kwargs=kwargs or None, spec=self._spec(result))
         self.fakes[node] = result
         if isinstance(result, (tuple, list)):
-            return tuple(self.graph.call(__import__("operator").getitem, node, i, spec=self._spec(r))
-                         for i, r in enumerate(result))
+            items = tuple(self.graph.call(operator.getitem, node, i, spec=self._spec(r)) for i, r in enumerate(result))
+            self.fakes.update(zip(items, result))
+            return items
         return node
 
     def output(self, value: Any) -> tc_ir.Graph:
