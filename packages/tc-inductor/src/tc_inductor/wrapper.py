@@ -17,6 +17,7 @@ import tc_ir
 
 from . import memory
 from .codegen.common import pointer_name
+from .codegen.triton import size_bucket
 from .graph_lowering import LoweredGraph, RuntimeValue
 from .ir import BufferValue, ComputedBuffer, ExternCall, is_dense
 from .scheduler import Group, Schedule, reads_of
@@ -213,7 +214,7 @@ def wrapper_globals(devices: list[str]) -> dict:
     """Names the generated source reads besides kernels, extern targets and constants: bound
     once, when the wrapper is loaded."""
     env: dict[str, Any] = {"empty_strided": torch.empty_strided, "randint": torch.randint, "zeros_padded": zeros_padded,
-                           "_bad_sizes": bad_sizes}
+                           "_bad_sizes": bad_sizes, "size_bucket": size_bucket}
     env.update({device_name(d): torch.device(d) for d in devices})
     return env
 

@@ -110,6 +110,7 @@ class TritonKernelWriter:
         self.rmask = None if _divides(kernel.rranges, config, "RBLOCK") else "rmask"
         self.int32 = fits_int32(kernel)
         self.base_mask: str | None = self.xmask
+        self.bucket_args = False  # autotuned over symbolic sizes: the autotune key is the size bucket
 
     def index(self, expr: sympy.Expr, args: list) -> str:
         flat = self.flat_offset(expr)
@@ -284,6 +285,7 @@ class TritonKernelWriter:
         # be: there a run-time row length is a constexpr (the interpreter compiles nothing)
         rnumel = "rnumel: tl.constexpr" if self.interpret and not self.persistent else "rnumel"
         args += ["xnumel"] + ([rnumel] if k.is_reduction else []) + list(self.seed_args.values())
+        args += ["xbucket", "rbucket"] if self.bucket_args else []
         args += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if k.is_reduction else [])
         return args
 
@@ -589,7 +591,7 @@ def heuristic_config(kernel: kir.Kernel, interpret: bool, xnumel: int | None = N
         return {"XBLOCK": xblock, "RBLOCK": COLUMN_RBLOCK, "num_warps": 4}
     if is_persistent(kernel, interpret) or bucketed:
         # a looped reduction over a row of symbolic length tiles like a persistent one of its bucket
-        rblock = max(next_pow2(min(rnumel, 2048)), 2)
+        rblock = max(next_pow2(min(rnumel, 2048) if bucketed else rnumel), 2)  # persistent: the whole row
         budget = (1 << 15) if interpret else 4096
         xblock = max(1, min(next_pow2(xnumel), budget // rblock, 64 if not interpret else 1 << 12))
         return {"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": min(16, max(2, xblock * rblock // 512))}
@@ -643,6 +645,7 @@ class TritonBackend:
         autotune = bool(options.get("max_autotune")) and not interpret
         fixed = not autotune and not _bucket_shape(kernel)  # else masks stay: blocks vary per launch
         writer = TritonKernelWriter(kernel, "kernel", interpret, heuristic_config(kernel, interpret) if fixed else None)
+        writer.bucket_args = autotune and bool(_bucket_shape(kernel))
         text = writer.generate()
         # Named by what it computes plus a hash of its text: readable in profiles, unique per
         # distinct kernel, and still the same for identical kernels (which then share one build).
@@ -652,7 +655,9 @@ class TritonBackend:
             configs = ", ".join(
                 f"triton.Config({ {k: v for k, v in c.items() if k != 'num_warps'} }, num_warps={c['num_warps']})"
                 for c in autotune_configs(kernel))
-            deco = f"@triton.autotune(configs=[{configs}], key=['xnumel'])\n" + writer.decorator()
+            # over symbolic sizes tuned once per size bucket, not once per size
+            key = "['xbucket', 'rbucket']" if writer.bucket_args else "['xnumel']"
+            deco = f"@triton.autotune(configs=[{configs}], key={key})\n" + writer.decorator()
         else:
             deco = writer.decorator()
         checks = "" if not kir.has_index_checks(kernel) else CHECK_INTERPRETED if interpret else CHECK_GPU
@@ -706,6 +711,8 @@ class TritonBackend:
         if meta["autotune"]:
             grid = f"lambda meta: (triton.cdiv({xnumel}, meta['XBLOCK']),)"
             options = [f"{k}={v!r}" for k, v in meta["options"].items()]
+            if meta.get("bucketed"):
+                options = [f"xbucket=size_bucket({xnumel})", f"rbucket=size_bucket({rnumel or 1})"] + options
             return f"{name}[{grid}]({', '.join(call_args + options)})"
         if meta.get("bucketed"):  # config and grid chosen per size bucket at run time
             return f"{name}({xnumel}, {rnumel or 1}, {', '.join(call_args)})  # BucketedLauncher: xnumel, rnumel, args"
