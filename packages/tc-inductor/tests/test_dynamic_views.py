@@ -103,3 +103,13 @@ def test_conv2d_over_batch_and_image_size(backend):
     run_sizes(g, lambda n: [torch.randn(n, 3, n + 3, n + 3), torch.randn(4, 3, 3, 3), torch.randn(4)],
               sizes=(2, 3, 5, 13), backend=backend, externs=1,
               eager=lambda x, w, bias: (torch.relu(torch.conv2d(x, w, bias, padding=1) * 2),))
+
+
+def test_matmul_templates_stay_extern_calls_over_symbolic_shapes():
+    b = SymGraph()
+    s0 = b.sym("s0")
+    x, w = b.input("x", (s0, 8)), b.input("w", (8, 4))
+    g = b.output(b.call(aten.relu.default, b.call(aten.mm.default, x, w)))
+    run_sizes(g, lambda n: [torch.randn(n, 8), torch.randn(8, 4)], sizes=(2, 9), backend="triton", externs=1,
+              options={"mm_template": "always", "pad_mm_operands": "always"},
+              eager=lambda x, w: (torch.relu(x @ w),))

@@ -74,6 +74,8 @@ def mode(opts: Any, device: Any) -> str:
 def fuse_templates(lowered: Any, sched: Schedule, opts: Any, dtypes: dict) -> Schedule:
     """``sched`` with each eligible matmul extern (and its epilogue kernel) as a TemplateGroup."""
     steps = list(sched.steps)
+    if getattr(lowered, "size_plan", None):  # templates are generated for static shapes only
+        return sched
     if not any(isinstance(s, ExternCall) and s.target in MATMULS for s in steps):
         return sched
     stored, decisions = set(sched.stored), list(sched.log)
