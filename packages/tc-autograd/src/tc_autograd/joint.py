@@ -61,7 +61,7 @@ def _fake_inputs(mode: FakeTensorMode, graph: tc_ir.Graph, rec: Recorder, inputs
     for i, (node, value) in enumerate(zip(graph.inputs, inputs)):
         if not isinstance(value, torch.Tensor):
             fake_value = symbols.fake_value(node.spec, value) if symbols else value
-            spec = node.spec if fake_value is not value else tc_ir.spec_of(value)
+            spec = tc_ir.ScalarSpec(int, fake_value) if fake_value is not value else tc_ir.spec_of(value)
             placeholder = rec.graph.input(node.name, spec)
             placeholder.meta["role"] = "primal"
             fakes.append(fake_value)

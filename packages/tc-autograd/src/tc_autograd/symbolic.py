@@ -270,12 +270,17 @@ def _python_or_none(expr: sympy.Basic) -> str | None:
 
 
 def guard_function(guards: Sequence[sympy.Basic], places: dict[sympy.Symbol, tuple[int, int]]) -> Callable:
-    """``check(inputs) -> bool``: do the inputs' sizes satisfy every guard? One generated
-    straight-line function (sizes read once, integer arithmetic); a relation with no exact
-    Python form is evaluated with sympy (slow, exact)."""
+    """``check(inputs) -> bool``: do the inputs' sizes satisfy every guard, and is every size
+    symbol at least 2 (what the trace assumed of each; one pinned to 0 or 1 has its own guard)?
+    One generated straight-line function (sizes read once, integer arithmetic); a relation with
+    no exact Python form is evaluated with sympy (slow, exact)."""
     needed = set().union(*(g.free_symbols for g in guards)) if guards else set()
     if needed - set(places):
         raise NotImplementedError(f"tc_autograd: guards on sizes no input carries: {needed - set(places)}")
+    pinned = {g.lhs for g in guards if isinstance(g, sympy.Eq) and g.lhs.is_Symbol and g.rhs.is_Integer}
+    at_least_two = [sympy.Ge(s, 2) for s in sorted(set(places) - pinned, key=lambda s: s.name)]
+    guards = [*at_least_two, *guards]
+    needed |= set(places) - pinned
     names: dict[str, Any] = {"sympy": sympy}
     lines = ["def check(inputs):"]
     for s in sorted(needed, key=lambda s: s.name):

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from . import ops
 from .graph import Graph
 from .node import Node, map_structure
-from .spec import TensorSpec, spec_of
+from .spec import ScalarSpec, TensorSpec, spec_of, sym
 
 # Dynamo's higher-order ops mapped to tc_ir's own.
 _HIGHER_ORDER = {"cond": ops.cond}
@@ -146,11 +146,46 @@ def _attribute(graph: Graph, root: torch.nn.Module, path: str, key: str) -> Node
 def _fx_spec(node: fx.Node) -> Any:
     value = node.meta.get("val", node.meta.get("example_value"))
     if value is not None:
-        return spec_of(value)
+        try:
+            return _symbolic_spec(value)
+        except _NoSizeForm:  # a size torch writes with its own functions (FloorDiv...): left to inference
+            return None
     meta = node.meta.get("tensor_meta")
     if meta is not None and hasattr(meta, "shape"):
         return TensorSpec(tuple(meta.shape), meta.dtype, "cpu", tuple(meta.stride), meta.requires_grad)
     return None
+
+
+class _NoSizeForm(Exception):
+    pass
+
+
+def _size(dim: Any) -> Any:
+    """A size of Dynamo's (int, SymInt) as tc_ir holds it: an int, or an expression over
+    :func:`tc_ir.sym` symbols named as Dynamo's (``s27``); Dynamo's int symbols may lack
+    ``positive=True``, tc's size symbols have it."""
+    if isinstance(dim, torch.SymInt):
+        dim = dim.node.expr
+    if not isinstance(dim, sympy.Basic):
+        return int(dim)
+    if any(type(a).__module__.startswith("torch") for a in sympy.preorder_traversal(dim)):
+        raise _NoSizeForm(dim)
+    return dim.xreplace({s: sym(s.name) for s in dim.free_symbols})
+
+
+def _symbolic_spec(value: Any) -> Any:
+    """``spec_of`` for Dynamo's fake values, whose sizes may be SymInts: a SymInt is an int that
+    equals an expression (``ScalarSpec(int, s27)``), a fake tensor's sizes and strides are
+    expressions over tc_ir's symbols."""
+    if isinstance(value, torch.SymInt):
+        return ScalarSpec(int, _size(value))
+    if isinstance(value, (tuple, list)):
+        specs = tuple(_symbolic_spec(v) for v in value)
+        return specs if value and all(isinstance(v, torch.Tensor) for v in value) else spec_of(value)
+    if isinstance(value, torch.Tensor) and not all(isinstance(d, int) for d in (*value.shape, *value.stride())):
+        return TensorSpec(tuple(map(_size, value.shape)), value.dtype, value.device, tuple(map(_size, value.stride())),
+                          value.requires_grad)
+    return spec_of(value)
 
 
 def to_fx(graph: Graph) -> fx.GraphModule:
