@@ -113,3 +113,14 @@ def test_matmul_templates_stay_extern_calls_over_symbolic_shapes():
     run_sizes(g, lambda n: [torch.randn(n, 8), torch.randn(8, 4)], sizes=(2, 9), backend="triton", externs=1,
               options={"mm_template": "always", "pad_mm_operands": "always"},
               eager=lambda x, w: (torch.relu(x @ w),))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_outputs_keep_the_specs_symbolic_strides(backend):
+    b = SymGraph()
+    s0, s1 = b.sym("s0"), b.sym("s1", 3)
+    x = b.input("x", (s0, s1))
+    g = b.output(b.call(aten.permute.default, b.call(aten.mul.Tensor, x, 2.0), [1, 0]))
+    k = run_sizes(g, lambda n: [torch.randn(n, n + 1)], backend=backend, eager=lambda x: ((x * 2).t(),))
+    x = torch.randn(4, 6)
+    assert k(x).stride() == (x * 2).t().stride()

@@ -369,8 +369,9 @@ def _nameable(target: Any) -> bool:
 
 
 def _dense(spec: TensorSpec) -> bool:
-    """Whether spec's strides are a permutation of contiguous strides (safe to allocate)."""
-    return spec.is_static and is_dense(spec.shape, spec.stride)
+    """Whether spec's strides are a permutation of contiguous strides (safe to allocate; over
+    symbolic sizes, provably so at every size)."""
+    return is_dense(spec.shape, spec.stride)
 
 
 def _stride_of(v: TensorValue) -> tuple:
