@@ -184,3 +184,13 @@ def test_environment_round_trips_through_metadata():
     assert Environment.from_dict({"python": 3}) is None
     assert Environment.from_dict(None) is None
     assert env.mismatch(attrs.evolve(env, torch="9.9")) == "torch '9.9' != " + repr(env.torch)
+
+
+def test_counters_by_kind_say_which_stage_hit_and_which_missed(tmp_path):
+    cache = ArtifactCache(tmp_path)
+    key = cache.key("graph")
+    assert cache.get("aot_trace", key) is None
+    cache.put("aot_trace", key, b"traced")
+    assert cache.get("aot_trace", key) == b"traced"
+    assert cache.get("inductor_graph", key) is None
+    assert cache.counters.by_kind == {"aot_trace": {"hits": 1, "misses": 1}, "inductor_graph": {"hits": 0, "misses": 1}}

@@ -53,6 +53,12 @@ class Counters:
     env_mismatch: int = 0
     puts: int = 0
     io_errors: int = 0
+    # {kind: {"hits": n, "misses": n}}: which stage of a compile read its result back, and which built it
+    by_kind: dict[str, dict[str, int]] = attrs.field(factory=dict)
+
+    def count(self, kind: str, outcome: str) -> None:
+        row = self.by_kind.setdefault(kind, {"hits": 0, "misses": 0})
+        row[outcome] += 1
 
 
 @attrs.frozen
@@ -111,14 +117,17 @@ class ArtifactCache:
         """The bytes stored under (kind, key), or None on a miss (absent, corrupt, other env)."""
         found = self.read_entry(kind, key)
         if found is None:
+            self.counters.count(kind, "misses")
             return None
         meta, data = found
         if Environment.from_dict(meta.get("env")) != self.env:
             # Built elsewhere (a key made without the environment); another process may want it.
             self.counters.env_mismatch += 1
             self.counters.misses += 1
+            self.counters.count(kind, "misses")
             return None
         self.counters.hits += 1
+        self.counters.count(kind, "hits")
         _touch(self.path(kind, key))
         return data
 
