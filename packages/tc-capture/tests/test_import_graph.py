@@ -126,6 +126,6 @@ def test_no_module_imports_ours_inside_a_function():
 
 def test_each_module_imports_in_a_fresh_interpreter_bottom_first():
     order = _bottom_first(_graph())
-    code = "import importlib\nfor m in %r:\n    importlib.import_module(m)\n" % order
+    code = f"import importlib\nfor m in {order!r}:\n    importlib.import_module(m)\n"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

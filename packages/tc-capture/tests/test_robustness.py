@@ -14,9 +14,10 @@ import pytest
 import torch
 
 import tc_capture
-import tc_capture.resume.compile_region as compile_region
 import tc_capture.cache.frame_cache as runtime
+import tc_capture.resume.compile_region as compile_region
 from tc_capture import interpret_backend
+from tc_capture.resume.real_frame import RealFrame
 
 
 def _boom(*args, **kwargs):
@@ -269,12 +270,11 @@ def test_graph_text_is_not_formatted_without_a_log_or_dump(monkeypatch):
     torch.testing.assert_close(fn(x, w), _model(x, w))
 
 
-def test_a_break_instruction_the_concrete_interpreter_lacks_runs_natively(monkeypatch):
-    """After a break, the breaking instruction runs in tc's concrete interpreter; one it has no
-    handler for runs as CPython bytecode from there (nothing of it ran yet), not an error."""
-    import tc_capture.resume.concrete as concrete
-
-    monkeypatch.delitem(concrete.OPS, "CALL")
+def test_a_break_instruction_the_real_frame_does_not_run_runs_natively(monkeypatch):
+    """After a break, the breaking instruction runs on the real-value frame; one it does not run
+    runs as CPython bytecode from there (nothing of it ran yet), not an error."""
+    runs = RealFrame.runs
+    monkeypatch.setattr(RealFrame, "runs", staticmethod(lambda opname: opname != "CALL" and runs(opname)))
     fn = tc_capture.optimize(interpret_backend)(_item_break)
     for _ in range(2):
         x = torch.randn(5)

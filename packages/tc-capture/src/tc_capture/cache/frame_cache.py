@@ -2,7 +2,7 @@
 
 A frame is run as a chain: find the entry whose guards pass at the current resume offset
 (compiling one on a miss), run it; if it ended at a graph break, run that one instruction in
-Python (``concrete``) with the rebuilt frame state and continue at the next offset. Resume
+Python (``resume/real_frame``) with the rebuilt frame state and continue at the next offset. Resume
 points past the recompile limit run in Python to the end of the frame.
 
 Fail closed: an exception inside tc while compiling a region (capture, guards, the back end's
@@ -35,9 +35,8 @@ from ..resume.compile_region import (
     distinct_breaks,
     line_at,
 )
-from ..resume.concrete import OPS as CONCRETE_OPS
-from ..resume.concrete import CFrame
 from ..resume.native_resume import resume_natively
+from ..resume.real_frame import RealFrame
 
 log_recompiles = tc_ir.logs.get_logger("recompiles")
 _tls = threading.local()
@@ -131,10 +130,12 @@ class FrameCache:
             return build_entry(self.code, self.globals, session, out, brk, self.backend, name, offset)
 
     def _log_recompile(self, existing, offset, F, C) -> None:
+        """``TC_LOGS=recompiles``: for each entry tried, the guard that failed, what it expected
+        and the value it found."""
         if log_recompiles.isEnabledFor(10):
-            reasons = [e.why(F, C) for e in existing]
-            log_recompiles.debug("recompiling %s (%s:%s, offset %d): failed guard: %s", self.code.co_name,
-                                 self.code.co_filename, self.code.co_firstlineno, offset, reasons[-1])
+            tried = "\n".join(f"  entry {i}: failed guard: {e.why(F, C)}" for i, e in enumerate(existing))
+            log_recompiles.debug("recompiling %s (%s:%s, offset %d), %d entries tried:\n%s", self.code.co_name,
+                                 self.code.co_filename, self.code.co_firstlineno, offset, len(existing), tried)
 
     def _warn_limit(self) -> None:
         if not self.warned:
@@ -217,7 +218,7 @@ class FrameCache:
             return func(*args, **kwargs)
         return cache.call(binder(func)(args, kwargs), args, kwargs, func)
 
-    def _give_up(self, frame: CFrame, offset: int, F, C):
+    def _give_up(self, frame: RealFrame, offset: int, F, C):
         """The rest of the frame in Python: as native bytecode where we can rebuild the frame."""
         if not frame.kw_names:
             done, result = resume_natively(self.code, self.globals, C[:len(self.code.co_freevars)], offset, F)
@@ -225,7 +226,7 @@ class FrameCache:
                 return result
         return frame.run()
 
-    def _handler(self, frame: CFrame, stack: list, exc: Exception) -> tuple[int, list, bool] | None:
+    def _handler(self, frame: RealFrame, stack: list, exc: Exception) -> tuple[int, list, bool] | None:
         """Where the exception raised by the instruction just run is caught in this frame:
         (handler offset, frame state there, whether capture resumes there), None if it escapes.
 
@@ -235,12 +236,12 @@ class FrameCache:
         offset = frame.insts[frame.ip - 1].offset
         for e in dis._parse_exception_table(self.code):
             if e.start <= offset < e.end:
-                F = frame.locals + stack[:e.depth] + ([offset // 2] if e.lasti else []) + [exc]
+                F = frame.local_list() + stack[:e.depth] + ([offset // 2] if e.lasti else []) + [exc]
                 return e.target, F, not e.lasti and handler_is_captured(self.code, e.target)
         return None
 
-    def _raise_natively(self, frame: CFrame, offset: int, F: list, exc: Exception):
-        done, result = resume_natively(self.code, self.globals, frame.cells[:len(self.code.co_freevars)], offset, F)
+    def _raise_natively(self, frame: RealFrame, offset: int, F: list, exc: Exception):
+        done, result = resume_natively(self.code, self.globals, frame.cell_list()[:len(self.code.co_freevars)], offset, F)
         if done:
             return result
         raise_in_user_frame(exc, self.code, line_at(self.code, offset))
@@ -248,11 +249,11 @@ class FrameCache:
     def _continue(self, entry: Entry, out):
         while True:
             locals_, stack, cells = out
-            frame = CFrame(self.code, self.globals, locals_, stack, cells, entry.break_ip)
+            frame = RealFrame(self.code, self.globals, locals_, stack, cells, entry.break_ip)
             frame.kw_names = entry.kw_names
             if entry.breaks and entry.breaks[0].nested:
                 frame.callee = self.call_callee
-            if frame.insts[frame.ip].opname not in CONCRETE_OPS:  # nothing ran yet: CPython runs it
+            if not frame.runs(frame.insts[frame.ip].opname):  # nothing ran yet: CPython runs it
                 return self._give_up(frame, *frame.state())
             saved = list(frame.stack)
             try:
@@ -266,8 +267,8 @@ class FrameCache:
                 offset, F, captured = caught
                 if not captured:
                     return self._raise_natively(frame, offset, F, exc)
-                C = frame.cells
-                frame = CFrame(self.code, self.globals, F[:len(self.code.co_varnames)],
+                C = frame.cell_list()
+                frame = RealFrame(self.code, self.globals, F[:len(self.code.co_varnames)],
                                F[len(self.code.co_varnames):], C, frame.index_of[offset])
             # Capture goes on after the break, or in the handler that caught its exception.
             entry = self.lookup(offset, F, C) or self.miss(offset, F, C)
@@ -348,7 +349,7 @@ _OUR_DIR = os.path.dirname(os.path.abspath(__file__))
 def raise_in_user_frame(exc: BaseException, code, lineno: int | None):
     """Raise the user's exception from a frame naming their file, function and line.
 
-    The instruction that raised ran in tc's concrete interpreter, so CPython's traceback would
+    The instruction that raised ran on tc's real-value frame (``resume/real_frame.py``), so CPython's traceback would
     show tc's frames where the user's own frame should be: tc's frames below the raise are cut,
     and the exception is raised again from a stand-in code object at the user's file:line.
     """

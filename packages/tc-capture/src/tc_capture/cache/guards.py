@@ -24,10 +24,16 @@ _TYPE_NAMES = {int: "int", float: "float", bool: "bool", str: "str", type(None):
 
 
 class Guard:
-    __slots__ = ("source", "lines", "text")
+    """One condition: its generated line, its text (what it expects, for people) and ``actual``,
+    an expression over the frame state whose value the recompile log shows when it fails."""
 
-    def __init__(self, source: Source | None, lines: list[str], text: str):
-        self.source, self.lines, self.text = source, lines, text
+    __slots__ = ("source", "lines", "text", "actual")
+
+    def __init__(self, source: Source | None, lines: list[str], text: str, actual: str | None = None):
+        self.source, self.lines, self.text, self.actual = source, lines, text, actual
+
+
+_SOURCE = object()  # ``add``'s default ``actual``: the value the guard's source reads
 
 
 class GuardSet:
@@ -50,11 +56,13 @@ class GuardSet:
             self.objects[key] = (f"_k{len(self.objects)}", obj)
         return self.objects[key][0]
 
-    def add(self, source: Source | None, cond: str, text: str) -> None:
+    def add(self, source: Source | None, cond: str, text: str, actual: str | None | object = _SOURCE) -> None:
         if cond in self._seen:
             return
         self._seen.add(cond)
-        guard = Guard(source, [f"if not ({cond}): return {{fail}}"], text)
+        if actual is _SOURCE:
+            actual = source.expr if source is not None else None
+        guard = Guard(source, [f"if not ({cond}): return {{fail}}"], text, actual)
         if source is not None and source.gated:
             self.roots.setdefault(source.root.expr, source.root)
             self.gated.append(guard)
@@ -80,12 +88,13 @@ class GuardSet:
         self.add(source, check, f"{self.readable(source)} == {value!r}")
 
     def length(self, source: Source, value: object) -> None:
-        self.add(source, f"len({source.expr}) == {len(value)}", f"len({self.readable(source)}) == {len(value)}")
+        self.add(source, f"len({source.expr}) == {len(value)}", f"len({self.readable(source)}) == {len(value)}",
+                 f"len({source.expr})")
 
     def keys(self, source: Source, value: dict) -> None:
         keys = list(value.keys())
         self.add(source, f"list({source.expr}.keys()) == {self.ref(keys)}",
-                 f"keys of {self.readable(source)} == {keys!r}")
+                 f"keys of {self.readable(source)} == {keys!r}", f"list({source.expr}.keys())")
 
     def tensor(self, source: Source, t: torch.Tensor) -> None:
         # The value is read once (a walrus-bound local), not once per property. ``shape`` is read
@@ -96,7 +105,7 @@ class GuardSet:
         cond = (f"type({e} := {source.expr}) is {self.ref(type(t))} and {e}.dtype is {self.ref(t.dtype)} and "
                 f"{e}.shape == {tuple(t.shape)!r} and {e}.stride() == {tuple(t.stride())!r} and "
                 f"{e}.requires_grad is {t.requires_grad} and {device}")
-        spec = f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)} stride={tuple(t.stride())} {t.device}"
+        spec = _spec(t)
         grad = " requires_grad" if t.requires_grad else ""
         self.add(source, cond, f"{self.readable(source)}: {type(t).__name__} {spec}{grad}")
 
@@ -109,17 +118,20 @@ class GuardSet:
         step = source._step(f"{source.expr}.{_HOOK_DICTS[0]}", source.name, True)
         if not any(d for _, d in dicts):
             self.add(step, "not (" + " or ".join(f"{source.expr}.{n}" for n, _ in dicts) + ")",
-                     f"{self.readable(source)} has no hooks")
+                     f"{self.readable(source)} has no hooks", f"_hooks_of({source.expr})")
         else:
             self.add(step, " and ".join(f"list({source.expr}.{n}) == {list(d)!r}" for n, d in dicts),
-                     f"{self.readable(source)} has hooks " + ", ".join(f"{n}={list(d)}" for n, d in dicts if d))
+                     f"{self.readable(source)} has hooks " + ", ".join(f"{n}={list(d)}" for n, d in dicts if d),
+                     f"_hooks_of({source.expr})")
         g = torch.nn.modules.module
         hooks = [g._global_forward_pre_hooks, g._global_forward_hooks, g._global_backward_pre_hooks,
                  g._global_backward_hooks]
-        self.add(None, "not (" + " or ".join(self.ref(d) for d in hooks) + ")", "no global module hooks")
+        self.add(None, "not (" + " or ".join(self.ref(d) for d in hooks) + ")", "no global module hooks",
+                 "[" + ", ".join(f"len({self.ref(d)})" for d in hooks) + "]")
 
     def grad_mode(self, enabled: bool) -> None:
-        self.add(None, f"{self.ref(torch.is_grad_enabled)}() is {enabled}", f"grad mode is {'on' if enabled else 'off'}")
+        self.add(None, f"{self.ref(torch.is_grad_enabled)}() is {enabled}", f"grad mode is {'on' if enabled else 'off'}",
+                 f"{self.ref(torch.is_grad_enabled)}()")
 
     def descriptions(self) -> list[str]:
         return [g.text for g in self.fast + self.gated]
@@ -168,6 +180,12 @@ class _Hoist:
         out.append(line[last:])
         return binds, "".join(out)
 
+    def substitute(self, expr: str) -> str:
+        """``expr`` reading the paths bound so far through their locals (binding nothing)."""
+        if self.pattern is None:
+            return expr
+        return self.pattern.sub(lambda m: self.local[m.group(0)] if m.group(0) in self.bound else m.group(0), expr)
+
     def _use(self, expr: str, binds: list[str]) -> str:
         if expr not in self.bound:
             src = self.sources[expr]
@@ -188,13 +206,15 @@ def _code_starts(line: str) -> set[int]:
         return set()
 
 
-def _blocks(guards: list[Guard], param_exprs: list[str]) -> tuple[list[tuple[list[str], str]], str]:
-    """Per guard (its bindings, its condition line), and the ``MS.params`` line."""
+def _blocks(guards: list[Guard], param_exprs: list[str]) -> tuple[list[tuple[list[str], str, str]], str]:
+    """Per guard (its bindings, its condition line, its actual-value expression), and the
+    ``MS.params`` line."""
     hoist = _Hoist(guards)
     blocks = []
     for g in guards:
         (line,) = g.lines
-        blocks.append(hoist.rewrite(line))
+        binds, line = hoist.rewrite(line)
+        blocks.append((binds, line, hoist.substitute(g.actual) if g.actual else "None"))
     binds, params = hoist.rewrite(f"MS.params = [{', '.join(param_exprs)}]") if param_exprs else ([], "")
     return blocks, "; ".join(binds + [params]) if params else ""
 
@@ -208,25 +228,66 @@ def compile_guards(gs: GuardSet, param_exprs: list[str], globals_: dict) -> tupl
     """
     ms = threading.local()
     scope = {name: obj for name, obj in gs.objects.values()}
-    scope.update(MS=ms, G=globals_, **RUNTIME_NAMES)
+    scope.update(MS=ms, G=globals_, _hooks_of=hooks_of, **RUNTIME_NAMES)
     root_key = _root_key(gs)
     guards = gs.fast + gs.gated
     blocks, params = _blocks(guards, [gs.bound.get(e, e) for e in param_exprs])
     src = ["def guard(F, C):", "  try:"]
-    for binds, line in blocks:
+    for binds, line, _ in blocks:
         src += ["      " + b for b in binds] + ["      " + line.replace("{fail}", "False")]
     if params:
         src.append("      " + params)
     src += ["      return True", "  except Exception:", "      return False", ""]
     src += ["def why(F, C):"]
-    for i, (binds, line) in enumerate(blocks):
-        src += ["  try:"] + ["      " + b for b in binds] + ["      " + line.replace("{fail}", f"_texts[{i}]")]
+    for i, (binds, line, actual) in enumerate(blocks):
+        fail = f"_failed({i}, lambda: {actual})" if actual != "None" else f"_texts[{i}]"
+        src += ["  try:"] + ["      " + b for b in binds] + ["      " + line.replace("{fail}", fail)]
         src += ["  except Exception as e:", f"      return f'{{_texts[{i}]}} (reading it raised {{e!r}})'"]
     src += ["  return None"]
     text = "\n".join(src)
-    scope["_texts"] = [g.text for g in guards]
+    scope["_texts"] = texts = [g.text for g in guards]
+    scope["_failed"] = lambda i, read: _failed(texts[i], read)
     exec(compile(text, "<tc_capture guards>", "exec"), scope)
     return scope["guard"], scope["why"], text, ms, root_key
+
+
+def _failed(text: str, read) -> str:
+    """A failed guard for the recompile log: what it expected, and the value it found."""
+    try:
+        return f"{text} (actual: {describe(read())})"
+    except Exception as e:
+        return f"{text} (reading the actual value raised {type(e).__name__})"
+
+
+def describe(value: object) -> str:
+    """A short description of a value a guard read: tensors by type and spec, modules by class,
+    anything else by a cut repr and its type."""
+    if isinstance(value, _Text):
+        return value
+    if isinstance(value, torch.Tensor):
+        grad = " requires_grad" if value.requires_grad else ""
+        return f"{type(value).__name__} {_spec(value)}{grad}"
+    if isinstance(value, torch.nn.Module):
+        return f"a {type(value).__qualname__} module"
+    if isinstance(value, type):
+        return f"the class {value.__qualname__}"
+    text = repr(value)
+    text = text if len(text) <= 80 else text[:77] + "..."
+    return f"{text} ({type(value).__qualname__})"
+
+
+def _spec(t: torch.Tensor) -> str:
+    return f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)} stride={tuple(t.stride())} {t.device}"
+
+
+def hooks_of(mod: torch.nn.Module) -> str:
+    """The hook registrations of ``mod`` (handle ids per hook dictionary), for the recompile log."""
+    found = {name: list(getattr(mod, name, None) or {}) for name in _HOOK_DICTS}
+    return _Text(", ".join(f"{n}={ids}" for n, ids in found.items() if ids) or "no hooks")
+
+
+class _Text(str):
+    """A description already written for people (``describe`` shows it as it is)."""
 
 
 def _root_key(gs: GuardSet) -> str | None:

@@ -1,11 +1,10 @@
-"""The symbolic bytecode interpreter: values, frames, opcode tables and call rules.
+"""The symbolic bytecode interpreter: values, the opcode table, the symbolic frame, call rules.
 
-Importing this package registers every opcode handler (``ops_*.py``, ``iteration.py``,
-``contexts.py``, ``handlers.py``) into :data:`base.HANDLERS`,
-and the call rules (``calls``) and iteration (``iteration``) into the entry points of ``base``.
+Importing this package fills the opcode table (``opcodes.py``) into :data:`base.HANDLERS` and
+registers the call rules (``calls``) and iteration (``iteration``) as the entry points of ``base``.
 """
 
-from . import calls, contexts, handlers, iteration, ops_basic, ops_call, ops_data  # noqa: F401  (register handlers)
+from . import calls, iteration, opcodes  # noqa: F401  (register the opcode table and the entry points)
 from .base import HANDLERS, NULL, UNBOUND, Unsupported
 from .frame import BreakHere, Frame, Stop
 from .session import ModeExit, ResumeIter, Session

@@ -28,7 +28,6 @@ from .base import Unsupported, defines
 from .builtins_ import BUILTINS, bind_namedtuple
 from .cond import capture_cond
 from .contexts import CONTEXT_CLASSES, make_context, restore
-from .frame import Frame
 from .pyops import binary, items_of, realize_const
 from .record import DATA_METHODS, record, to_fake
 from .variables import (
@@ -503,7 +502,7 @@ def inline(f, fn, args: list[V], kwargs: dict[str, V], source: S.Source | None =
         closure = [_closure_cell(f, c, i, source) for i, c in enumerate(fn.__closure__ or ())]
     locals_ = bind_args(code, defaults, kwdefaults, args, kwargs)
     cells = dict(zip(code.co_freevars, closure))
-    child = Frame(f.session, code, globals_, locals_, cells, parent=f)
+    child = f.child(code, globals_, locals_, cells)
     if code.co_flags & inspect.CO_GENERATOR:
         return _run_generator(child)
     return child.run()

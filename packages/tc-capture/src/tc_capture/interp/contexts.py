@@ -14,7 +14,7 @@ import types
 import torch
 
 from .attrs import get_attr
-from .base import Unsupported, call_function, handler
+from .base import Unsupported, call_function
 from .pyops import realize_const
 from .variables import AutocastV, Const, ExitV, GradModeV, ObjV, V
 
@@ -94,12 +94,3 @@ def restore(f, ex: ExitV) -> None:
         return
     f.session.graph.call(_exit_autocast, ex.state, spec=None)
     _exit_autocast(f.session.autocast_stack.pop())
-
-
-@handler("BEFORE_WITH")
-def op_before_with(f, inst):
-    exit_fn, entered = enter(f, f.pop())
-    f.push(exit_fn)
-    f.push(entered)
-
-

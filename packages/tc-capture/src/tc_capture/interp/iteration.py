@@ -8,10 +8,9 @@ import types
 
 import torch
 
-from ..bytecode.versions import SEND_KEEPS_RECEIVER, for_iter_exit
 from .attrs import _lookup
-from .base import Unsupported, call_function, defines, handler
-from .pyops import items_of, view_items
+from .base import Unsupported, call_function, defines
+from .pyops import view_items
 from .record import record
 from .truth import truth
 from .variables import BoundV, Const, DictV, IterV, LazyV, ListV, ObjV, SetV, TensorV, TupleV, V, ViewV
@@ -163,65 +162,3 @@ def _const_or_tuple(x):
     if isinstance(x, torch.Tensor):
         raise Unsupported("iteration over tensors held by an untracked container")
     return Const(x)
-
-
-@handler("GET_ITER")
-def op_get_iter(f, inst):
-    f.push(iterate(f, f.pop()))
-
-
-@handler("FOR_ITER")
-def op_for_iter(f, inst):
-    it = f.stack[-1]
-    if not isinstance(it, (IterV, LazyV)):
-        raise Unsupported(f"FOR_ITER on {type(it).__name__}")
-    item = pull(f, it)
-    if item is not None:
-        f.push(item)
-    else:
-        f.pop()
-        f.ip = for_iter_exit(f.insts, f.index_of, inst)
-
-
-# ---- generators run to completion (see calls._run_generator) -------------------------------------
-def _yields(f) -> list:
-    if f.yields is None:
-        raise Unsupported("yield outside a generator that is consumed where it is made")
-    return f.yields
-
-
-@handler("RETURN_GENERATOR")
-def op_return_generator(f, inst):
-    _yields(f)
-    f.push(Const(None))  # the POP_TOP after it drops this
-
-
-@handler("YIELD_VALUE")
-def op_yield_value(f, inst):
-    _yields(f).append(f.pop())
-    f.push(Const(None))  # what send() would deliver: generators consumed by iteration get None
-
-
-@handler("GET_YIELD_FROM_ITER")
-def op_get_yield_from_iter(f, inst):
-    f.push(iterate(f, f.pop()))
-
-
-@handler("SEND")
-def op_send(f, inst):
-    sent = f.pop()
-    if not (isinstance(sent, Const) and sent.value is None):
-        raise Unsupported("send() of a value into a sub-generator")
-    receiver = f.stack[-1]
-    _yields(f).extend(items_of(f, receiver))  # `yield from` an iterator: all its items, in order
-    if not SEND_KEEPS_RECEIVER:
-        f.pop()
-    f.push(Const(None))
-    f.jump(inst.target)
-
-
-@handler("END_SEND")
-def op_end_send(f, inst):
-    top = f.pop()
-    f.pop()
-    f.push(top)

@@ -2,7 +2,7 @@
 
 When a resume point cannot be compiled (past the recompile limit, typically a graph break in a
 loop body that changes with each iteration), the rest of the frame runs at full interpreter
-speed instead of on ``concrete.py``: we build, once per (code, offset, stack shape), a copy of
+speed instead of on the real-value frame (``real_frame.py``): we build, once per (code, offset, stack shape), a copy of
 the frame's code object with a short prologue in front of the original bytecode:
 
     RESUME 0; COPY_FREE_VARS n; DELETE_FAST <each unbound local>;
@@ -12,7 +12,7 @@ The locals and the saved stack values are its positional parameters, closures ar
 they are. Everything after the prologue is the original bytecode, so the exception table is
 shifted by the prologue's length and cell/free-variable opargs (offsets into "fast locals plus
 cells") by the number of stack parameters added. Frames with cell variables of their own
-(``MAKE_CELL``) are not rebuilt this way; they keep the concrete interpreter.
+(``MAKE_CELL``) are not rebuilt this way; they run on the real-value frame.
 """
 
 from __future__ import annotations
