@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import sympy
 import torch
 
 import tc_autograd
@@ -135,9 +136,19 @@ def artifact_cache() -> tc_runtime.ArtifactCache:
     return tc_runtime.ArtifactCache()
 
 
+# Symbolic ATen graphs (traced once by tc_autograd) get kernels compiled per concrete shape until
+# tc_inductor's symbolic kernels match eager everywhere (a tiny GPT-2's backward compiled
+# symbolically gave wrong gradients: /work/findings/inductor.md); options={"symbolic_kernels": True}
+# compiles them symbolically, once.
+SYMBOLIC_KERNELS = False
+
+
 def _kernel_compiler(options: Options) -> Callable:
     def compile_kernels(graph: tc_ir.Graph, example_inputs: Sequence[Any]) -> Callable:
         inductor_options = {"artifact_store": artifact_cache(), **options.inductor}
+        symbolic_kernels = bool(inductor_options.pop("symbolic_kernels", SYMBOLIC_KERNELS))
+        if is_symbolic(graph) and not symbolic_kernels:
+            return KernelsPerShape(graph, lambda g, ex: tc_inductor.compile(g, ex, options=inductor_options))
         compiled = tc_inductor.compile(graph, example_inputs, options=inductor_options)
         on_gpu = any(isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs)
         if not (options.cudagraphs and on_gpu):
@@ -148,6 +159,67 @@ def _kernel_compiler(options: Options) -> Callable:
         return tc_runtime.cudagraphify(compiled, example_inputs, static_input_indices=static)
 
     return compile_kernels
+
+
+def is_symbolic(graph: tc_ir.Graph) -> bool:
+    """Do ``graph``'s input specs hold size symbols?"""
+    return any(_spec_symbols(n.spec) for n in graph.inputs)
+
+
+def _spec_symbols(spec: Any) -> set:
+    if isinstance(spec, tc_ir.TensorSpec):
+        return spec.free_symbols
+    if isinstance(spec, tc_ir.ScalarSpec) and isinstance(spec.expr, sympy.Expr):
+        return spec.expr.free_symbols
+    return set()
+
+
+class KernelsPerShape:
+    """A symbolic graph run as static copies, one compiled per distinct set of input sizes (and
+    int input values) on first use: correct at every size, one kernel compile per shape."""
+
+    MAX_SHAPES = 64  # specialisations kept (oldest dropped first)
+
+    def __init__(self, graph: tc_ir.Graph, compile_static: Callable[[tc_ir.Graph, list], Callable]):
+        self.graph, self.compile_static = graph, compile_static
+        self.compiled: dict[tuple, Callable] = {}
+
+    def __call__(self, *inputs: Any) -> Any:
+        key = tuple(tuple(x.shape) if isinstance(x, torch.Tensor) else x if isinstance(x, int) else None
+                    for x in inputs)
+        fn = self.compiled.get(key)
+        if fn is None:
+            if len(self.compiled) >= self.MAX_SHAPES:
+                self.compiled.pop(next(iter(self.compiled)))
+            static = specialise(self.graph, tc_ir.bind_sizes(self.graph, inputs))
+            fn = self.compiled[key] = self.compile_static(static, list(inputs))
+        return fn(*inputs)
+
+
+def specialise(graph: tc_ir.Graph, sizes: dict) -> tc_ir.Graph:
+    """A static copy of ``graph`` with every size symbol replaced by its value in ``sizes``."""
+    static = graph.copy()
+
+    def at(value: Any) -> Any:
+        return int(value.xreplace(sizes)) if isinstance(value, sympy.Expr) else value
+
+    for g in [static, *static.subgraphs()]:
+        for node in g.nodes:
+            node.spec = _static_spec(node.spec, at)
+            if node.op == "call":
+                node.args, node.kwargs = tc_ir.map_structure((node.args, node.kwargs), at)
+        g.output(tc_ir.map_structure(g.outputs, at))
+    return static
+
+
+def _static_spec(spec: Any, at: Callable) -> Any:
+    if isinstance(spec, tc_ir.TensorSpec) and not spec.is_static:
+        return spec.with_(shape=tuple(map(at, spec.shape)), stride=tuple(map(at, spec.stride)))
+    if isinstance(spec, tc_ir.ScalarSpec) and spec.expr is not None:
+        return tc_ir.ScalarSpec(spec.type)  # the value comes with each call; the shape key holds it
+    if isinstance(spec, tuple):
+        return tuple(_static_spec(s, at) for s in spec)
+    return spec
 
 
 def with_fallback(backend: Backend, name: str, options: Options) -> Callable:

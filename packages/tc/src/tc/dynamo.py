@@ -9,8 +9,10 @@ Dynamic shapes: once Dynamo sees a size change it hands over graphs whose sizes 
 ``ScalarSpec(int, s)`` inputs and symbolic ``TensorSpec``s; the graph is compiled once,
 symbolically, and runs at every size Dynamo's guards admit (tc_autograd re-traces when its own
 size guards refuse a call). When the symbolic compile fails (a back end that cannot take symbolic
-graphs yet), the graph is specialised per concrete shape under the hood instead (see
-:class:`PerShape`): each new shape compiles a static copy, correct at every size, one compile each.
+graphs), the graph is specialised per concrete shape under the hood instead (see
+``tc.backends.KernelsPerShape``): each new shape compiles a static copy, correct at every size.
+Inside the symbolic path, tc_autograd traces once; the kernels themselves are compiled per shape
+until tc_inductor's symbolic kernels are switched on (``tc.backends.SYMBOLIC_KERNELS``).
 """
 
 from __future__ import annotations
@@ -19,16 +21,15 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import sympy
 import torch
 
 import tc_ir
 
-from .backends import inductor, with_fallback
+from .backends import KernelsPerShape, inductor, is_symbolic, with_fallback
 from .options import Options
 
 log = logging.getLogger("tc.dynamo")
-MAX_SHAPES = 64  # static specialisations kept per graph (oldest dropped first)
+MAX_SHAPES = 64  # scalar values kept per graph (oldest dropped first)
 
 
 def tc_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
@@ -100,18 +101,6 @@ def concrete(value: Any) -> Any:
     return value
 
 
-def is_symbolic(graph: tc_ir.Graph) -> bool:
-    return any(_spec_symbols(n.spec) for n in graph.inputs)
-
-
-def _spec_symbols(spec: Any) -> set:
-    if isinstance(spec, tc_ir.TensorSpec):
-        return spec.free_symbols
-    if isinstance(spec, tc_ir.ScalarSpec) and isinstance(spec.expr, sympy.Expr):
-        return spec.expr.free_symbols
-    return set()
-
-
 class SymbolicGraph:
     """A graph with size symbols: compiled symbolically when the back end takes it, else run
     through :class:`PerShape`. A symbolic compile that fails later (a new grad-mode variant
@@ -119,7 +108,7 @@ class SymbolicGraph:
 
     def __init__(self, graph: tc_ir.Graph, example_inputs: list[Any], options: Options):
         self.graph, self.options = graph, options
-        self.per_shape: PerShape | None = None
+        self.per_shape: KernelsPerShape | None = None
         try:
             self.fn: Callable | None = inductor(graph, example_inputs, options)
             log.debug("graph %s compiled once for symbolic sizes", graph.name)
@@ -130,7 +119,7 @@ class SymbolicGraph:
     def _specialise(self, e: Exception) -> None:
         log.debug("graph %s: symbolic compile failed (%s: %s); specialising per shape",
                   self.graph.name, type(e).__name__, e)
-        self.per_shape = PerShape(self.graph, self.options)
+        self.per_shape = KernelsPerShape(self.graph, with_fallback(inductor, "tc", self.options))
 
     def __call__(self, *inputs: Any) -> Any:
         if self.fn is not None:
@@ -142,49 +131,3 @@ class SymbolicGraph:
                 self.fn = None
                 self._specialise(e)
         return self.per_shape(*inputs)
-
-
-class PerShape:
-    """Static specialisations of a symbolic graph, one per distinct set of input sizes (and int
-    input values), each compiled on first use: correct at every size, one compile per shape."""
-
-    def __init__(self, graph: tc_ir.Graph, options: Options):
-        self.graph, self.options = graph, options
-        self.compiled: dict[tuple, Callable] = {}
-
-    def __call__(self, *inputs: Any) -> Any:
-        key = tuple(tuple(x.shape) if isinstance(x, torch.Tensor) else x if isinstance(x, int) else None
-                    for x in inputs)
-        fn = self.compiled.get(key)
-        if fn is None:
-            if len(self.compiled) >= MAX_SHAPES:
-                self.compiled.pop(next(iter(self.compiled)))
-            static = specialise(self.graph, tc_ir.bind_sizes(self.graph, inputs))
-            fn = self.compiled[key] = with_fallback(inductor, "tc", self.options)(static, list(inputs))
-        return fn(*inputs)
-
-
-def specialise(graph: tc_ir.Graph, sizes: dict) -> tc_ir.Graph:
-    """A static copy of ``graph`` with every size symbol replaced by its value in ``sizes``."""
-    static = graph.copy()
-
-    def at(value: Any) -> Any:
-        return int(value.xreplace(sizes)) if isinstance(value, sympy.Expr) else value
-
-    for g in [static, *static.subgraphs()]:
-        for node in g.nodes:
-            node.spec = _static_spec(node.spec, at)
-            if node.op == "call":
-                node.args, node.kwargs = tc_ir.map_structure((node.args, node.kwargs), at)
-        g.output(tc_ir.map_structure(g.outputs, at))
-    return static
-
-
-def _static_spec(spec: Any, at: Callable) -> Any:
-    if isinstance(spec, tc_ir.TensorSpec) and not spec.is_static:
-        return spec.with_(shape=tuple(map(at, spec.shape)), stride=tuple(map(at, spec.stride)))
-    if isinstance(spec, tc_ir.ScalarSpec) and spec.expr is not None:
-        return tc_ir.ScalarSpec(spec.type)  # the value comes with each call; the cache key holds it
-    if isinstance(spec, tuple):
-        return tuple(_static_spec(s, at) for s in spec)
-    return spec
