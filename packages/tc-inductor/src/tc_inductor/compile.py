@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import attrs
 import torch
 
 import tc_ir
@@ -38,11 +39,15 @@ class CompiledGraph:
 
     ``source`` is the generated Python wrapper, ``kernels`` the kernel sources, ``stats`` a
     dict with ``kernels`` (launches per call), ``fused_nodes``, ``bytes_read``,
-    ``bytes_written`` and ``extern_calls``.
+    ``bytes_written`` and ``extern_calls``. ``output_strides``: per flattened output, the
+    strides the returned tensor has (None: not a tensor tc lays out, or symbolic); they differ
+    from the graph's specs only for ``free_outputs`` that were stored channels-last.
     """
 
-    def __init__(self, fn, source: str, kernels: list[str], stats: dict, timings: dict):
+    def __init__(self, fn, source: str, kernels: list[str], stats: dict, timings: dict,
+                 output_strides: list | None = None):
         self._fn, self.source, self.kernels, self.stats, self.timings = fn, source, kernels, stats, timings
+        self.output_strides = output_strides
 
     def __call__(self, *inputs: Any) -> Any:
         return self._fn(inputs)
@@ -81,6 +86,8 @@ def compile(graph: tc_ir.Graph, example_inputs: list, options: dict | Options | 
     1
     """
     opts = options if isinstance(options, Options) else Options.from_dict(options)
+    if graph.meta.get("free_outputs") and not opts.free_outputs:  # set by tc_autograd: saved activations
+        opts = attrs.evolve(opts, free_outputs=graph.meta["free_outputs"])
     timer = _Timer()
     key = _cache_key(graph, example_inputs, opts)
     record = _cache_get(key, opts) if key and opts.cache else None
@@ -179,8 +186,17 @@ def _generate(lowered: LoweredGraph, sched: Schedule, opts: Options, graph: tc_i
     devices = sorted(set(wrapper_devices(lowered)) | {str(torch.device(s.device)) for s in calls})
     return {"source": source, "devices": devices, "kernels": kernels, "stats": stats,
             "targets": targets, "target_names": target_names,
-            "constants": dict(lowered.constant_keys), "cacheable": all(v is not None for v in target_names.values()),
+            "constants": dict(lowered.constant_keys), "output_strides": _output_strides(lowered, graph),
+            "cacheable": all(v is not None for v in target_names.values()),
             "extern_reasons": dict(lowered.extern_reasons)}
+
+
+def _output_strides(lowered: LoweredGraph, graph: tc_ir.Graph) -> list | None:
+    values = list(tc_ir.leaves(lowered.outputs))
+    if len(values) != len(list(tc_ir.leaves(graph.outputs))):  # an output node holding a tuple
+        return None
+    return [list(v.stride) if isinstance(v, BufferValue) and all(isinstance(s, int) for s in v.stride) else None
+            for v in values]
 
 
 def _template_call(step, lowered: LoweredGraph, sched: Schedule, opts: Options, dtypes: dict, kernels: list,
@@ -262,8 +278,10 @@ def _load(record: dict, graph: tc_ir.Graph, opts: Options, timer: _Timer) -> Com
         env.update({name: _direct_op(t) for name, t in targets.items()})
         env.update({name: graph.tensors[key] for name, key in record["constants"].items()})
         exec(compile_source(record["source"]), env)  # noqa: S102  (our own generated wrapper)
+    strides = record.get("output_strides")
     return CompiledGraph(env["call"], record["source"], [k["source"] for k in record["kernels"]],
-                         dict(record["stats"]), {})
+                         dict(record["stats"]), {},
+                         [tuple(s) if s is not None else None for s in strides] if strides is not None else None)
 
 
 def _direct_op(target: Any) -> Any:

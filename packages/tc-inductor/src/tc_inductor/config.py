@@ -28,6 +28,13 @@ class Options:
       tc allocates, and a padded copy of graph inputs a matmul reads (padding.py): "auto" (CUDA,
       rows >= 64 elements, tensors >= 1 MiB), "never", or, for tests, "always" (any device
       and size).
+    conv_layout: channels-last (NHWC) layout for the values around 2-D convolutions (layout.py):
+      "auto" (CUDA graphs with half/bf16 convolutions or a channels-last input), "never", or
+      "always" (any device: tests run the NHWC path on the CPU).
+    free_outputs: positions (among the flattened outputs) whose strides the caller leaves to the
+      compiler, e.g. activations a forward saves for its backward: they may come back
+      channels-last (``CompiledGraph.output_strides`` says how each output is laid out). Other
+      outputs keep the strides of the graph's specs, as eager.
     guarded_inputs: positions of inputs whose shape and strides the caller checks on every call
       to be the example inputs' (as tc_capture's guards do for the tensors they see): the
       wrapper does not check them again (~0.2 µs an input). Inputs not named here that arrive
@@ -42,6 +49,8 @@ class Options:
     artifact_store: Any = None
     mm_template: str = attrs.field(default="auto", validator=attrs.validators.in_(("auto", "never", "always", "autotune")))
     pad_mm_operands: str = attrs.field(default="auto", validator=attrs.validators.in_(("auto", "never", "always")))
+    conv_layout: str = attrs.field(default="auto", validator=attrs.validators.in_(("auto", "never", "always")))
+    free_outputs: tuple = attrs.field(default=(), converter=lambda v: tuple(sorted({int(i) for i in v})))
     guarded_inputs: tuple = attrs.field(default=(), converter=lambda v: tuple(sorted({int(i) for i in v})))
 
     @classmethod

@@ -20,7 +20,7 @@ import tc_ir
 from tc_ir import Node, TensorSpec
 from tc_ir.spec import contiguous_strides
 
-from . import kir, padding
+from . import kir, layout, padding
 from .cond import lower_cond
 from .decompositions import EXTERN_PREFERRED, corrected_spec, trace_decomposition
 from .ir import (
@@ -82,6 +82,10 @@ class GraphLowering:
         self.size_plan = binding_plan(graph)  # raises SymbolicUnsupported for sizes it cannot bind
         self._pad_mode = padding.mode(options) if not self.size_plan else "never"
         self._pad = padding.candidates(graph, self._pad_mode)  # nodes that may be stored padded
+        # nodes stored channels-last around convolutions (layout.py); static graphs only
+        use_cl = not self.size_plan and layout.enabled(graph, example_inputs, layout.mode(options))
+        self._cl = layout.region(graph, options.get("free_outputs", ())) if use_cl else set()
+        self._cl_inputs = layout.copied_inputs(graph, self._cl) if use_cl else set()
 
     # ---- the context lowerings use ----------------------------------------------------------
     def new_name(self, prefix: str = "buf") -> str:
@@ -94,8 +98,11 @@ class GraphLowering:
         if stride is None:
             stride = getattr(value, "preferred_stride", None) or contiguous_strides(value.shape)
         stride = tuple(stride)
-        buf = ComputedBuffer(self.new_name(), value.shape, stride, value.dtype, value.device,
-                             lambda index, rindex, value=value: value.load(index))
+        if self._cl and layout.is_channels_last(value.shape, stride):
+            buf = _in_storage_order(self.new_name(), value, stride)
+        else:
+            buf = ComputedBuffer(self.new_name(), value.shape, stride, value.dtype, value.device,
+                                 lambda index, rindex, value=value: value.load(index))
         self._add_computed(buf)
         return buf.value()
 
@@ -161,10 +168,17 @@ class GraphLowering:
         self._env = env
         for node in self.graph.nodes:
             env[node] = self.lower_node(node, env)
-        outputs = tc_ir.map_structure(self.graph.outputs, lambda v: self._output(env[v], v.spec) if isinstance(v, Node) else v)
+        outputs = tc_ir.map_structure(self.graph.outputs,
+                                      lambda v: self._output(env[v], self._laid_out(v)) if isinstance(v, Node) else v)
         output_buffers = {v.name for v in tc_ir.leaves(outputs) if isinstance(v, BufferValue)}
         return LoweredGraph(self.steps, self.inputs, self.constants, self.constant_keys, outputs, output_buffers, self.own,
                             self.extern_reasons, dict(self.seeds), dict(self.size_plan))
+
+    def _laid_out(self, node: Node) -> Any:
+        """The spec of ``node`` with the strides tc chose for it (channels-last in the region)."""
+        if node in self._cl and isinstance(node.spec, TensorSpec):
+            return node.spec.with_(stride=layout.channels_last_strides(tuple(node.spec.shape)))
+        return node.spec
 
     def _output(self, value: Any, spec: Any) -> Any:
         if isinstance(value, Node):
@@ -202,6 +216,8 @@ class GraphLowering:
             if isinstance(value, Pointwise) and isinstance(leaf, TensorSpec) and _dense(leaf) \
                     and tuple(leaf.shape) == tuple(value.shape):
                 value.preferred_stride = leaf.stride  # realized as eager would lay it out
+        if node in self._cl and isinstance(result, Pointwise):  # conv region: stored NHWC
+            result.preferred_stride = layout.channels_last_strides(tuple(result.shape))
         if node in self._pad and isinstance(result, Pointwise) and isinstance(node.spec, TensorSpec):
             stride = getattr(result, "preferred_stride", None) or contiguous_strides(result.shape)
             padded = padding.padded_stride(result.shape, tuple(stride), result.dtype, result.device, self._pad_mode)
@@ -226,6 +242,13 @@ class GraphLowering:
         value = BufferValue(node.name, example.shape, example.stride(), example.dtype, example.device)
         padded = padding.padded_stride(tuple(example.shape), tuple(example.stride()), example.dtype, example.device,
                                        self._pad_mode) if node in self._pad else None
+        if node in self._cl_inputs and not layout.same_order(tuple(example.shape), tuple(example.stride()),
+                                                             layout.channels_last_strides(tuple(example.shape))):
+            # A convolution reads this NCHW input: the first extern call that reads it stores
+            # one channels-last copy, which later readers (the residual add) share.
+            copy = Pointwise(value.shape, value.dtype, value.device, value.load)
+            copy.preferred_stride = layout.channels_last_strides(tuple(value.shape))
+            return copy
         if padded is None:
             return value
         # A matmul reads this input, whose rows are not 16-byte aligned: the first extern call
@@ -333,10 +356,24 @@ class GraphLowering:
             if padded is not None:  # the GEMM writes an aligned C, through the out= overload
                 outputs = outputs.restrided(outputs.shape, padded, 0)
                 out_variant = padding.MATMUL_OUT[target]
+        outputs = self._extern_layout(node, outputs)
         self.steps.append(ExternCall(name, target, args, kwargs, outputs, mutates, reason, out_variant=out_variant))
         self.extern_reasons[tc_ir.target_name(target) if _nameable(target) else str(target)] = reason
         log.debug("extern %s: %s", target, reason)
         return outputs if outputs is not None else RuntimeValue(name)
+
+    def _extern_layout(self, node: Node, outputs: Any) -> Any:
+        """A convolution's results in the region are expected channels-last (cuDNN/oneDNN return
+        them so for channels-last operands; the wrapper copies any other layout into it)."""
+        if not self._cl:
+            return outputs
+        if node in self._cl and isinstance(outputs, BufferValue):
+            return outputs.restrided(outputs.shape, layout.channels_last_strides(tuple(outputs.shape)), 0)
+        items = {u.args[1] for u in node.users if u in self._cl and u.target is operator.getitem}
+        if isinstance(outputs, tuple) and items:
+            return tuple(o.restrided(o.shape, layout.channels_last_strides(tuple(o.shape)), 0)
+                         if i in items and isinstance(o, BufferValue) else o for i, o in enumerate(outputs))
+        return outputs
 
     def _realize_everything_pending(self) -> None:
         # Lazy values still to be read must be computed before a mutation runs, as in eager.
@@ -376,6 +413,23 @@ def _dense(spec: TensorSpec) -> bool:
 
 def _stride_of(v: TensorValue) -> tuple:
     return v.stride if isinstance(v, BufferValue) else contiguous_strides(v.shape)
+
+
+def _in_storage_order(name: str, value: TensorValue, stride: tuple) -> ComputedBuffer:
+    """A buffer of ``value`` laid out with the permuted dense ``stride``, computed over its dims
+    in storage order (outermost first), so the kernel writes memory contiguously and fuses with
+    others laid out alike; ``view`` is the value as the graph sees it."""
+    order = sorted(range(len(stride)), key=lambda d: (-stride[d], d))
+    shape = tuple(value.shape[d] for d in order)
+
+    def body(index, rindex, value=value):
+        logical = [None] * len(order)
+        for k, d in enumerate(order):
+            logical[d] = index[k]
+        return value.load(tuple(logical))
+
+    return ComputedBuffer(name, shape, contiguous_strides(shape), value.dtype, value.device, body,
+                          view=(tuple(value.shape), stride))
 
 
 def _expensive(value: Pointwise) -> bool:

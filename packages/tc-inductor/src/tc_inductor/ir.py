@@ -102,6 +102,10 @@ class ComputedBuffer:
     rranges: tuple = ()
     reduction_type: str | None = None
     reduced_dims: tuple = ()  # dims of ``shape`` that are size 1 because they were reduced
+    # (shape, stride) of the value the graph sees, when the kernel iterates it in another order:
+    # a channels-last [N, C, H, W] value is computed over ``shape`` (N, H, W, C), contiguous, so
+    # its kernel walks memory in order; the wrapper allocates (and others read) this view of it.
+    view: tuple | None = None
 
     @property
     def is_reduction(self) -> bool:
@@ -111,7 +115,8 @@ class ComputedBuffer:
         return strided_index(index, self.stride)
 
     def value(self) -> BufferValue:
-        return BufferValue(self.name, self.shape, self.stride, self.dtype, self.device)
+        shape, stride = self.view or (self.shape, self.stride)
+        return BufferValue(self.name, shape, stride, self.dtype, self.device)
 
 
 @attrs.define(eq=False)

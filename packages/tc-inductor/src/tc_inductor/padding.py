@@ -91,7 +91,7 @@ def candidates(graph: tc_ir.Graph, how: str) -> set[Node]:
     included, and matmul results; none that reaches an output or is written in place."""
     if how == "never":
         return set()
-    escaping = _escaping(graph)
+    escaping_nodes = escaping([v for v in tc_ir.leaves(graph.outputs) if isinstance(v, Node)])
     found: set[Node] = set()
     for node in graph.calls:
         positions = GEMM_OPERANDS.get(node.target, ())
@@ -100,7 +100,7 @@ def candidates(graph: tc_ir.Graph, how: str) -> set[Node]:
                 found.add(_view_base(node.args[i]))
         if node.target in MATMUL_OUT:
             found.add(node)
-    return {n for n in found if n.op in ("input", "call") and n not in escaping and not _mutated(n)}
+    return {n for n in found if n.op in ("input", "call") and n not in escaping_nodes and not _mutated(n)}
 
 
 def is_view(target: Any) -> bool:
@@ -118,10 +118,10 @@ def _view_base(node: Node) -> Node:
     return node
 
 
-def _escaping(graph: tc_ir.Graph) -> set[Node]:
-    """Nodes whose storage an output may share: outputs, and what they view. A call that is not
-    an ATen op (cond, getitem) may return its operands, so those escape too."""
-    pending = [v for v in tc_ir.leaves(graph.outputs) if isinstance(v, Node)]
+def escaping(roots: list[Node]) -> set[Node]:
+    """Nodes whose storage one of ``roots`` (outputs) may share: the roots, and what they view.
+    A call that is not an ATen op (cond, getitem) may return its operands, so those escape too."""
+    pending = list(roots)
     seen: set[Node] = set()
     while pending:
         node = pending.pop()

@@ -174,6 +174,8 @@ def _draw_seeds(lowered: LoweredGraph) -> list[str]:
 
 
 def _allocate(buf: ComputedBuffer | BufferValue, free: memory.FreePool) -> str:
+    if isinstance(buf, ComputedBuffer) and buf.view is not None:  # allocated as the graph sees it
+        buf = buf.value()
     reuse = free.take(buf.shape, buf.stride, buf.dtype, buf.device)
     if reuse is not None:
         return f"{buf.name} = {reuse}  # reuse"
@@ -256,7 +258,8 @@ def _layouts(lowered: LoweredGraph) -> dict:
             layouts[inp.name] = (spec.shape, spec.stride, spec.dtype, spec.device)
     for step in lowered.steps:
         if isinstance(step, ComputedBuffer):
-            layouts[step.name] = (step.shape, step.stride, step.dtype, step.device)
+            shape, stride = step.view or (step.shape, step.stride)
+            layouts[step.name] = (shape, stride, step.dtype, step.device)
         elif isinstance(step, ExternCall):
             for out in tc_ir.leaves(step.outputs):
                 if isinstance(out, BufferValue):
