@@ -58,6 +58,19 @@ def example_of(spec: Any, hints: dict | None = None) -> Any:
     return None
 
 
+def _as_laid_out(examples: list, fw: Any, start: int) -> list:
+    """Saved-tensor examples in the strides the compiled forward returns them in (its
+    ``output_strides``, when it has them), so the backward is compiled for that layout."""
+    strides = getattr(fw, "output_strides", None) or []
+    out = []
+    for i, example in enumerate(examples):
+        stride = strides[start + i] if start + i < len(strides) else None
+        if isinstance(example, torch.Tensor) and stride is not None and tuple(stride) != example.stride():
+            example = torch.empty_strided(example.shape, stride, dtype=example.dtype, device=example.device).zero_()
+        out.append(example)
+    return out
+
+
 def _show(stage: str, graph: tc_ir.Graph) -> None:
     tc_ir.logs.dump(f"aot_{stage}", graph.name, graph.format(data=False, header=f"made by: tc_autograd {stage}"))
     if tc_ir.logs.enabled("aot"):
@@ -101,8 +114,12 @@ class Compiled:
             _show("forward", forward)
             _show("backward", backward)
             log.debug("%s", self.partition.saved_summary())
+            # Saved activations are no output the user sees: the forward's compiler may lay them
+            # out as it likes (channels-last around convolutions) and says how in output_strides.
+            forward.meta["free_outputs"] = tuple(range(len(traced.differentiable), len(traced.differentiable) + len(saved)))
             fw = options["fw_compiler"](forward, list(inputs))
             bw_examples = [example_of(n.spec, hints) for n in backward.inputs]
+            bw_examples[:len(saved)] = _as_laid_out(bw_examples[:len(saved)], fw, len(traced.differentiable))
             bw = options["bw_compiler"](backward, bw_examples)
             sizes = graphs.get("backward_sizes")
             reader = sym_sizes.size_reader(sizes, sym_sizes.binding_places(forward)) if sizes else None
