@@ -16,16 +16,18 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
-import networkx as nx
 import sympy
 import torch
 
 import tc_ir
 
 from .functionalize import is_view_op
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 aten = torch.ops.aten
 
@@ -105,6 +107,9 @@ def save_all(joint: tc_ir.Graph, dag: nx.DiGraph) -> list[tc_ir.Node]:
 
 def min_cut(joint: tc_ir.Graph, dag: nx.DiGraph) -> list[tc_ir.Node]:
     """Save the fewest bytes that let the backward recompute the rest."""
+    # imported here: networkx costs ~0.2 s of CPU and only a compile needs it (warm starts skip it)
+    import networkx as nx
+
     values, grads = joint.outputs
     primals, tangents = _roles(joint)
     forward = _ancestors(dag, tc_ir.nodes_in(values))

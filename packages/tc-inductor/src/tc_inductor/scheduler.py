@@ -9,10 +9,9 @@ acyclic (networkx). Buffers read only inside their kernel are never stored.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
-import networkx as nx
 import sympy
 import torch
 
@@ -23,6 +22,9 @@ from .graph_lowering import LoweredGraph
 from .ir import BufferValue, ComputedBuffer, ExternCall
 from .kir import Ops, UOp
 from .symbolic import size_symbols
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 log = tc_ir.logs.get_logger("fusion")
 
@@ -92,6 +94,9 @@ def _extern_output_names(step: ExternCall) -> set[str]:
 
 
 def schedule(lowered: LoweredGraph, options: dict) -> Schedule:
+    # imported here: networkx costs ~0.2 s of CPU and only a compile needs it (warm starts skip it)
+    import networkx as nx
+
     steps = dead_code(lowered)
     dag = nx.DiGraph()
     writer: dict[str, Any] = {}  # buffer name -> Group | ExternCall
@@ -167,6 +172,8 @@ def _choose_group(dag: nx.DiGraph, buf: ComputedBuffer, producers: set, order: l
 
 
 def _illegal(dag: nx.DiGraph, group: Group, buf: ComputedBuffer, producers: set, key: tuple) -> str | None:
+    import networkx as nx  # loaded by schedule() already (see there)
+
     for p in producers:
         if p is not group and nx.has_path(dag, group, p):
             return f"would create a cycle through {getattr(p, 'name', None) or f'kernel {p.id}'}"

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 import torch
 
 from .graph import Graph
 from .node import Node, map_structure
 from .targets import TargetError, is_pure, target_name
 from .text import format_value
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 def node_is_pure(node: Node) -> bool:
@@ -78,6 +80,9 @@ def topo_sort(graph: Graph) -> Graph:
 
 def dependency_graph(graph: Graph) -> nx.DiGraph:
     """The data-flow DAG as networkx: one vertex per node, an edge from each input to its user."""
+    # imported here: networkx costs ~0.2 s of CPU and only a compile needs it (warm starts skip it)
+    import networkx as nx
+
     dag = nx.DiGraph()
     dag.add_nodes_from(graph.nodes)
     dag.add_edges_from((used, node) for node in graph.nodes for used in node.inputs)

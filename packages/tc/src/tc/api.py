@@ -11,7 +11,6 @@ import torch
 
 import tc_capture
 
-from .backends import lookup, with_fallback
 from .options import Options
 
 
@@ -68,6 +67,9 @@ def _capture_backend(backend: str | Callable, mode: str | None, options: dict[st
     key = (backend, mode, repr(sorted((options or {}).items())))
     found = _BACKENDS.get(key)
     if found is None:
+        # the back ends (tc_autograd, tc_inductor, tc_runtime) load here, not at ``import tc``
+        from .backends import lookup, with_fallback
+
         name = backend if isinstance(backend, str) else getattr(backend, "__name__", "custom")
         found = _BACKENDS[key] = with_fallback(lookup(backend), name, Options.from_user(mode, options))
     return found
