@@ -1,6 +1,7 @@
 """A warm start: a fresh process with a warm ``TC_CACHE_DIR`` reads tc_autograd's traced graphs
-back from the artifact store (and the inductor its compiled graphs) instead of tracing again,
-and its results still equal eager's, BatchNorm buffer updates and dropout included."""
+back from the artifact store (and the inductor its compiled graphs) instead of tracing again:
+no trace, no lowering, no C++ compiler run, no DAG built (networkx never imported), and its
+results still equal eager's, BatchNorm buffer updates and dropout included."""
 
 from __future__ import annotations
 
@@ -13,9 +14,24 @@ from pathlib import Path
 
 import pytest
 
+from tc_runtime import LAYOUT
+
 SCRIPT = textwrap.dedent("""
     import copy, hashlib, json, sys, torch, tc
-    import tc.backends
+    import tc.backends, tc_autograd.api, tc_inductor.codegen.build
+
+    counts = {"traces": 0, "lowerings": 0, "builds": 0}
+
+    def counting(owner, attr, name):  # what a compile does that a warm start must not
+        original = getattr(owner, attr)
+        def counted(*args, **kwargs):
+            counts[name] += 1
+            return original(*args, **kwargs)
+        setattr(owner, attr, counted)
+
+    counting(tc_autograd.api, "_trace", "traces")
+    counting(sys.modules["tc_inductor.compile"].GraphLowering, "run", "lowerings")
+    counting(tc_inductor.codegen.build, "_build", "builds")
 
     class Net(torch.nn.Module):
         def __init__(self, act):
@@ -51,7 +67,8 @@ SCRIPT = textwrap.dedent("""
         torch.testing.assert_close(c, b, msg=name)
     store = tc.backends.artifact_cache()
     kinds = {k: v["entries"] for k, v in store.stats().items()}
-    print(json.dumps({"hits": store.counters.hits, "misses": store.counters.misses, "kinds": kinds}))
+    print(json.dumps({"hits": store.counters.hits, "misses": store.counters.misses, "kinds": kinds,
+                      "by_kind": store.counters.by_kind, "networkx": "networkx" in sys.modules, **counts}))
 """)
 
 
@@ -69,11 +86,20 @@ def run(cache: Path, act: str = "relu") -> dict:  # the model with this activati
 def test_fresh_process_reads_traced_graphs_back_and_matches_eager(tmp_path):
     cold = run(tmp_path)
     assert cold["kinds"]["aot_trace"] == 2  # one inference and one training variant
+    assert cold["traces"] == 2 and cold["lowerings"] >= 3 and cold["networkx"], cold
     warm = run(tmp_path)
     assert warm["kinds"] == cold["kinds"], "a warm process adds no entries"
     assert warm["misses"] == 0 and warm["hits"] >= 2 + cold["kinds"]["inductor_graph"]
-    # A damaged entry (the store's checksum catches this one) is a miss: traced again, rewritten.
-    for path in (tmp_path / "v1" / "aot_trace").rglob("*.bin"):
+    # read back, not rebuilt: no trace, no lowering, no g++, no partition or fusion DAG
+    assert (warm["traces"], warm["lowerings"], warm["builds"], warm["networkx"]) == (0, 0, 0, False), warm
+    assert all(row["misses"] == 0 for row in warm["by_kind"].values()), warm["by_kind"]
+    # A damaged entry (the store's checksum catches this one) is a miss: traced again, rewritten;
+    # the traced graphs are the same, so the inductor's compiled graphs still hit.
+    damaged = list((tmp_path / LAYOUT / "aot_trace").rglob("*.bin"))
+    assert len(damaged) == 2
+    for path in damaged:
         path.write_bytes(path.read_bytes()[:-20])
     again = run(tmp_path)
     assert again["kinds"] == cold["kinds"] and again["misses"] == 2, (cold, again)
+    assert again["by_kind"]["aot_trace"]["misses"] == 2 and again["traces"] == 2, again
+    assert again["lowerings"] == 0 and again["builds"] == 0, again
