@@ -256,3 +256,20 @@ def test_bottleneck_kernel_counts():
         compiled = _run_training(_block_graph(_bottleneck, 16, True), "cpp", mode=mode)
         counts[mode] = [c.stats["kernels"] for c in compiled]
     assert counts["always"][0] <= counts["never"][0] + 1 and counts["always"][1] <= counts["never"][1], counts
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_batch_norm_statistics_split_over_the_batch(backend):
+    """Per-channel sums over N*H*W >= 8192 rows of an NHWC value run as two kernels (partials
+    per image, then over the batch): values as eager's, at eager's accuracy."""
+    def fn(g, x, w):
+        h = g.call(aten.convolution.default, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+        mean = g.call(aten.mean.dim, h, [0, 2, 3], True)
+        centred = g.call(aten.sub.Tensor, h, mean)
+        var = g.call(aten.mean.dim, g.call(aten.mul.Tensor, centred, centred), [0, 2, 3])
+        return g.call(aten.amax.default, h, [0, 2, 3]), var, g.call(aten.relu.default, centred)
+
+    g = _graph(fn, [("x", _spec(8, 3, 32, 32)), ("w", _spec(4, 3, 3, 3))])
+    compiled = _check_inference(g, backend)
+    unsplit = tc_inductor.compile(g, _fresh(g), _opts(backend, "never"))
+    assert compiled.stats["kernels"] > unsplit.stats["kernels"]

@@ -8,6 +8,7 @@ node runs as an extern call), which keeps a wrong lowering from giving a wrong a
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -135,8 +136,27 @@ class GraphLowering:
         return window if isinstance(window, BufferValue) else value
 
     def reduction(self, shape, dtype, device, body, rranges, reduction_type, reduced_dims=()) -> BufferValue:
+        if self._cl and _split_pays(shape, rranges, reduction_type):
+            return self._split_reduction(shape, dtype, device, body, rranges, reduction_type, reduced_dims)
         buf = ComputedBuffer(self.new_name(), tuple(shape), contiguous_strides(shape), dtype, device, body,
                              tuple(rranges), reduction_type, tuple(reduced_dims))
+        self._add_computed(buf)
+        return buf.value()
+
+    def _split_reduction(self, shape, dtype, device, body, rranges, reduction_type, reduced_dims) -> BufferValue:
+        """A reduction over many rows into few outputs (batch-norm statistics: [C] over N*H*W) in
+        two kernels: partial results per index of the first reduced dim ([N, C], over H*W), then
+        those reduced ([C], over N). One program per few channels would loop over every row;
+        the first kernel has N times more programs. Partials are kept in the compute dtype."""
+        k, acc = rranges[0], kir.compute_dtype(dtype)
+        partial = ComputedBuffer(self.new_name(), (k, *shape), contiguous_strides((k, *shape)), acc, device,
+                                 lambda index, rindex: body(index[1:], (index[0], *rindex)),
+                                 tuple(rranges[1:]), reduction_type)
+        self._add_computed(partial)
+        value = partial.value()
+        buf = ComputedBuffer(self.new_name(), tuple(shape), contiguous_strides(shape), dtype, device,
+                             lambda index, rindex: value.load((rindex[0], *index)), (k,), reduction_type,
+                             tuple(reduced_dims))
         self._add_computed(buf)
         return buf.value()
 
@@ -413,6 +433,20 @@ def _dense(spec: TensorSpec) -> bool:
 
 def _stride_of(v: TensorValue) -> tuple:
     return v.stride if isinstance(v, BufferValue) else contiguous_strides(v.shape)
+
+
+# Split a reduction (see GraphLowering._split_reduction) when it has at most this many outputs
+# and at least this many rows, the first reduced dim being at least 2 and leaving >= 64 rows.
+SPLIT_MAX_OUTPUTS, SPLIT_MIN_ROWS = 4096, 8192
+
+
+def _split_pays(shape: tuple, rranges: tuple, reduction_type: str) -> bool:
+    if reduction_type not in ("sum", "max", "min") or len(rranges) < 2:
+        return False
+    if not all(isinstance(v, int) for v in (*shape, *rranges)):
+        return False
+    rows, rest = math.prod(rranges), math.prod(rranges[1:])
+    return math.prod(shape) <= SPLIT_MAX_OUTPUTS and rows >= SPLIT_MIN_ROWS and rranges[0] >= 2 and rest >= 64
 
 
 def _in_storage_order(name: str, value: TensorValue, stride: tuple) -> ComputedBuffer:
