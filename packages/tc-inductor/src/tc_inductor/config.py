@@ -59,6 +59,9 @@ class Options:
         env_backend = os.environ.get("TC_INDUCTOR_BACKEND")
         if env_backend and "backend" not in options:
             options["backend"] = env_backend
+        env_layout = os.environ.get("TC_CONV_LAYOUT")  # A/B measurements without code changes
+        if env_layout and "conv_layout" not in options:
+            options["conv_layout"] = env_layout
         unknown = set(options) - {f.name for f in attrs.fields(cls)}
         if unknown:
             raise TypeError(f"unknown tc_inductor options {sorted(unknown)}")
