@@ -263,7 +263,8 @@ def _load(record: dict, graph: tc_ir.Graph, opts: Options, timer: _Timer) -> Com
 
     _load_builtin()
     backends = {e.name: e.backend for e in BACKENDS}
-    env: dict[str, Any] = {"torch": torch, "_layout": _layout, **wrapper_globals(record.get("devices", []))}
+    env: dict[str, Any] = {"torch": torch, "_layout": _layout, "_own_memory": _own_memory,
+                           **wrapper_globals(record.get("devices", []))}
     with timer("compile_kernels"):  # builds started during codegen (or now, on a cache hit) finish here
         if any(k["backend"] == "triton" for k in record["kernels"]):
             import triton
@@ -296,6 +297,22 @@ def compile_source(source: str):
     import builtins
 
     return builtins.compile(source, "<tc_inductor wrapper>", "exec")
+
+
+def _own_memory(result: Any, *inputs: Any) -> Any:
+    """An extern call's result in memory of its own. Some torch ops return their argument or a
+    view of it though their schema promises a new tensor (``conj_physical`` of a real tensor is
+    ``self``), and views that lowering declined run as extern calls: the memory plan counts every
+    extern result as a new buffer, so a shared one would be overwritten when its source's buffer
+    is reused. A copy only when the storages are shared."""
+    if isinstance(result, (tuple, list)):
+        return type(result)(_own_memory(r, *inputs) for r in result)
+    if not isinstance(result, torch.Tensor) or result.numel() == 0:
+        return result
+    ptr = result.untyped_storage().data_ptr()
+    if any(isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() == ptr for t in inputs):
+        return result.clone()
+    return result
 
 
 def _layout(t: Any, shape: tuple, stride: tuple, want: str | None = None) -> Any:

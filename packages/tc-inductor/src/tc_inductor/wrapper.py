@@ -18,6 +18,7 @@ import tc_ir
 from . import memory
 from .codegen.common import pointer_name
 from .codegen.triton import size_bucket
+from .decompositions import EXTERN_PREFERRED
 from .graph_lowering import LoweredGraph, RuntimeValue
 from .ir import BufferValue, ComputedBuffer, ExternCall, is_dense
 from .scheduler import Group, Schedule, reads_of
@@ -229,6 +230,9 @@ def _extern(step: ExternCall, layouts: dict, extern_names: dict) -> list[str]:
         return [f"{extern_names[step.name]}({', '.join(p for p in (args, kwargs, out) if p)})  # {step.reason}"]
     call = f"{extern_names[step.name]}({', '.join(p for p in (args, kwargs) if p)})"
     lines = [f"{step.name} = {call}  # {step.reason}"]
+    sources = [v.name for v in tc_ir.leaves((step.args, step.kwargs)) if isinstance(v, (BufferValue, RuntimeValue))]
+    if sources and step.target not in EXTERN_PREFERRED:  # vendor kernels (mm, conv...) always allocate
+        lines.append(f"{step.name} = _own_memory({step.name}, {', '.join(dict.fromkeys(sources))})")
     if isinstance(step.outputs, BufferValue):
         lines += _checked_layout(step.name, step.name, step.outputs)
     elif isinstance(step.outputs, tuple):
