@@ -16,11 +16,11 @@ def _linear(b, x2d, w, bias):
     return b.call(aten.addmm.default, bias, x2d, b.call(aten.permute.default, w, [1, 0]))
 
 
-def block_graph() -> tc_ir.Graph:
+def block_graph(device: str = "cpu") -> tc_ir.Graph:
     b = SymGraph()
     s0, s1 = b.sym("s0", 2), b.sym("s1", 5)
-    x = b.input("x", (s0, s1, C))
-    params = {name: b.input(name, shape) for name, shape in [
+    x = b.input("x", (s0, s1, C), device=device)
+    params = {name: b.input(name, shape, device=device) for name, shape in [
         ("ln1_w", (C,)), ("ln1_b", (C,)), ("qkv_w", (3 * C, C)), ("qkv_b", (3 * C,)), ("proj_w", (C, C)),
         ("proj_b", (C,)), ("ln2_w", (C,)), ("ln2_b", (C,)), ("fc_w", (4 * C, C)), ("fc_b", (4 * C,)),
         ("out_w", (C, 4 * C)), ("out_b", (C,))]}
@@ -78,3 +78,19 @@ def test_transformer_block_over_batch_and_sequence_length(backend):
             torch.testing.assert_close(got, model(x), atol=1e-4, rtol=1e-4)
     if backend == "cpp":
         assert kernel_builds() == builds
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_transformer_block_over_batch_and_sequence_length_on_the_gpu():
+    """Symbolic Triton kernels compiled for the GPU: one compile, sizes across block buckets."""
+    torch.manual_seed(0)
+    model = Block().cuda()
+    params = [t.detach() for t in model.params()]
+    graph = block_graph("cuda")
+    compiled = tc_inductor.compile(graph, [torch.randn(2, 5, C, device="cuda"), *params], {"cache": False})
+    with torch.no_grad():
+        for batch, length in [(2, 5), (3, 2), (2, 17), (5, 31), (2, 129), (3, 64), (8, 1000), (4, 2049)]:
+            x = torch.randn(batch, length, C, device="cuda")
+            got = compiled(x, *params)
+            torch.testing.assert_close(got, model(x), atol=1e-4, rtol=1e-4)
