@@ -19,7 +19,9 @@ from .compile import CompiledGraph, compile, compile_counters
 from .config import Options
 from .decompositions import decompositions
 from .lowering import LOWERINGS
+from .symbolic import SymbolicUnsupported
 
 __version__ = "0.1.0"
 
-__all__ = ["compile", "compile_counters", "CompiledGraph", "decompositions", "Options", "CompilerNotFound", "LOWERINGS"]
+__all__ = ["compile", "compile_counters", "CompiledGraph", "decompositions", "Options", "CompilerNotFound", "LOWERINGS",
+           "SymbolicUnsupported"]

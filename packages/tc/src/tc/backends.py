@@ -26,8 +26,11 @@ import tc_capture
 import tc_inductor
 import tc_ir
 import tc_runtime
+from tc_ir.logs import get_logger
 
 from .options import Options
+
+log = get_logger("perf_hints")
 
 # The form every back end is called in here: (tc_ir graph, example inputs, options) -> callable.
 Backend = Callable[[tc_ir.Graph, Sequence[Any], Options], Callable]
@@ -136,24 +139,30 @@ def artifact_cache() -> tc_runtime.ArtifactCache:
     return tc_runtime.ArtifactCache()
 
 
-# Symbolic ATen graphs (traced once by tc_autograd) get kernels compiled per concrete shape until
-# tc_inductor's symbolic kernels match eager everywhere (a tiny GPT-2's backward compiled
-# symbolically gave wrong gradients: /work/findings/inductor.md); options={"symbolic_kernels": True}
-# compiles them symbolically, once.
-SYMBOLIC_KERNELS = False
+# Symbolic ATen graphs (traced once by tc_autograd) compile once into kernels that take sizes as
+# arguments; a graph tc_inductor cannot compile symbolically (a size no input carries as a plain
+# dim) gets static copies per concrete shape. options={"symbolic_kernels": False} forces the latter.
+SYMBOLIC_KERNELS = True
 
 
 def _kernel_compiler(options: Options) -> Callable:
     def compile_kernels(graph: tc_ir.Graph, example_inputs: Sequence[Any]) -> Callable:
         inductor_options = {"artifact_store": artifact_cache(), **options.inductor}
         symbolic_kernels = bool(inductor_options.pop("symbolic_kernels", SYMBOLIC_KERNELS))
+        per_shape = lambda: KernelsPerShape(  # noqa: E731
+            graph, lambda g, ex: tc_inductor.compile(g, ex, options=inductor_options))
         if is_symbolic(graph) and not symbolic_kernels:
-            return KernelsPerShape(graph, lambda g, ex: tc_inductor.compile(g, ex, options=inductor_options))
-        compiled = tc_inductor.compile(graph, example_inputs, options=inductor_options)
+            return per_shape()
+        try:
+            compiled = tc_inductor.compile(graph, example_inputs, options=inductor_options)
+        except tc_inductor.SymbolicUnsupported as e:
+            log.debug("symbolic kernels declined (%s): one static compile per shape", e)
+            compiled = per_shape()
         on_gpu = any(isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs)
         if not (options.cudagraphs and on_gpu):
             return compiled
         # Parameters (and the tensors lifted from the graph) keep their storage between calls.
+        # A symbolic graph gets one CUDA graph per concrete shape, all in one pool (tc_runtime).
         static = [i for i, (t, node) in enumerate(zip(example_inputs, graph.inputs))
                   if isinstance(t, torch.nn.Parameter) or node.meta.get("static")]
         return tc_runtime.cudagraphify(compiled, example_inputs, static_input_indices=static)
