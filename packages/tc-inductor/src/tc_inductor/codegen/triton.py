@@ -674,9 +674,12 @@ class TritonBackend:
     def start(self, record: dict, options: Any) -> None:
         """Compile for the GPU now, in the pool, instead of at the first launch."""
         if record["meta"].get("warmup") is not None:
-            if not record["meta"]["autotune"]:
+            store = options.get("artifact_store")
+            if not record["meta"]["autotune"] and not _in_store(store, record):
+                # a kernel restored from the store never reaches the pool: starting up to 16
+                # processes for it only slows a warm start (precompile starts them when needed)
                 _start_compile_workers(record["meta"]["warmup"]["device"])
-            _start_warmup(self._kernel(record), record, options.get("artifact_store"))
+            _start_warmup(self._kernel(record), record, store)
 
     def load(self, record: dict, options: Any):
         kernel, meta = self._kernel(record), record["meta"]
@@ -888,6 +891,14 @@ def _store_key(key: str, device: int) -> str:
 
     capability = torch.cuda.get_device_capability(device) if torch.cuda.is_available() else None
     return hashlib.sha256(repr((key, triton.__version__, capability)).encode()).hexdigest()[:32]
+
+
+def _in_store(store: Any, record: dict) -> bool:
+    """Whether ``record``'s compiled kernel is in the artifact store (a stat; its digest is still
+    checked when it is restored)."""
+    if store is None or not hasattr(store, "contains"):
+        return False
+    return store.contains("triton_kernel", _store_key(_warmup_key(record), record["meta"]["warmup"]["device"]))
 
 
 def _triton_cache_root() -> Path:
