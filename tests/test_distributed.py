@@ -31,27 +31,19 @@ WORKER = Path(__file__).with_name("distributed_workers.py")
 WORLD = 2
 DEADLINE_S = {"fast": 240, "slow": 600}
 
-# Known tc-capture bugs (titles as filed for the capture owner) that make a case fail today.
-DDP_NOT_CAPTURED = ("tc-capture: tc.compile(DDP(model)) captures no graph: torch.nn.parallel's "
-                    "DDP methods are treated as torch graph ops")
-XFAIL_DDP = pytest.mark.xfail(strict=True, reason=DDP_NOT_CAPTURED)
-HOOK_BREAK_RUNS_MODULE = ("tc-capture: a graph break in a module's forward pre-hook (FSDP2 fully_shard) runs the "
-                          "whole module call eagerly")
-XFAIL_HOOK = pytest.mark.xfail(strict=True, reason=HOOK_BREAK_RUNS_MODULE)
-
 FAST = {
-    "ddp_mlp": [XFAIL_DDP],
-    "ddp_cnn": [XFAIL_DDP],
-    "ddp_submodule": [XFAIL_DDP],
+    "ddp_mlp": [],
+    "ddp_cnn": [],
+    "ddp_submodule": [],
     "ddp_of_compiled": [],
     "fsdp_mlp": [],
-    "fully_shard_mlp": [XFAIL_HOOK],
+    "fully_shard_mlp": [],
 }
 SLOW = {
-    "ddp_transformer": [XFAIL_DDP],
+    "ddp_transformer": [],
     "fsdp_cnn": [],
     "fsdp_transformer": [],
-    "fully_shard_transformer": [XFAIL_HOOK],
+    "fully_shard_transformer": [],
 }
 
 

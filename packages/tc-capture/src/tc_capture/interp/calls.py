@@ -52,6 +52,8 @@ from .variables import (
 _STDLIB = os.path.join(os.path.realpath(sysconfig.get_paths()["stdlib"]), "")
 _TORCH_DIR = os.path.join(os.path.dirname(os.path.realpath(torch.__file__)), "")
 _INLINE_TORCH = (os.path.join(_TORCH_DIR, "nn", "modules", ""),  # torch's modules' forwards
+                 # DDP's forward: Python around `self.module(...)` (its reducer calls break)
+                 os.path.join(_TORCH_DIR, "nn", "parallel", ""),
                  os.path.join(_TORCH_DIR, "utils", "_contextlib.py"),  # @torch.no_grad() as a decorator
                  os.path.join(_TORCH_DIR, "optim", ""),
                  # optimizers' step() (see README: optimizers) asks which devices have foreach kernels
@@ -315,8 +317,11 @@ def is_torch_callable(fn) -> bool:
         return getattr(fn, "__objclass__", None) is torch._C.TensorBase
     if module != "torch" and not module.startswith("torch."):  # torchvision, torchaudio: user code
         return fn in (torch.Tensor.__getitem__,) or module == "torch._C._nn"
+    # torch._C._distributed*: the pybind methods of DDP's Reducer/Logger are effects, not ops (recorded,
+    # their unused results would be dropped and gradients never all-reduced)
     return not module.startswith(("torch.nn.modules", "torch.utils", "torch._dynamo", "torch.autograd.grad_mode", "torch.optim",
-                                  "torch.distributed", "torch.testing", "torch.serialization", "torch.jit"))
+                                  "torch.distributed", "torch.testing", "torch.serialization", "torch.jit",
+                                  "torch.nn.parallel", "torch._C._distributed"))
 
 
 def torch_call(f, fn, args, kwargs) -> V:
@@ -404,6 +409,23 @@ def call_module(f, mod_v: Const, args, kwargs) -> V:
         raise Unsupported(f"{type(mod).__name__} has backward hooks")
     if mod_v.source is not None:
         f.session.guards.module_hooks(mod_v.source, mod)
+    try:
+        args, kwargs = _pre_hooks(f, mod_v, args, kwargs)
+    except Unsupported as e:
+        e.nested = True  # only the hook breaks: the call runs as frames of its own (forward compiled)
+        raise
+    forward = mod.__dict__.get("forward")
+    out = call_function(f, Const(forward) if forward is not None else BoundV(Const(type(mod).forward), mod_v),
+                        args, kwargs)
+    try:
+        return _post_hooks(f, mod_v, args, kwargs, out)
+    except Unsupported as e:
+        e.nested = True
+        raise
+
+
+def _pre_hooks(f, mod_v: Const, args, kwargs):
+    mod = mod_v.value
     for hook_id, hook in list(mod._forward_pre_hooks.items()):
         if hook_id in mod._forward_pre_hooks_with_kwargs:
             r = call_function(f, Const(hook), [mod_v, TupleV(args), DictV(kwargs)], {})
@@ -413,9 +435,11 @@ def call_module(f, mod_v: Const, args, kwargs) -> V:
             r = call_function(f, Const(hook), [mod_v, TupleV(args)], {})
             if not (isinstance(r, Const) and r.value is None):
                 args = list(r.items) if isinstance(r, TupleV) else [r]
-    forward = mod.__dict__.get("forward")
-    out = call_function(f, Const(forward) if forward is not None else BoundV(Const(type(mod).forward), mod_v),
-                        args, kwargs)
+    return args, kwargs
+
+
+def _post_hooks(f, mod_v: Const, args, kwargs, out):
+    mod = mod_v.value
     for hook_id, hook in list(mod._forward_hooks.items()):
         if hook_id in mod._forward_hooks_with_kwargs:
             r = call_function(f, Const(hook), [mod_v, TupleV(args), DictV(kwargs), out], {})
