@@ -14,12 +14,15 @@ import io
 import re
 import threading
 import tokenize
+import weakref
 
 import torch
+from torch.utils.hooks import RemovableHandle
 
 from .sources import RUNTIME_NAMES, Source, pretty
 
 _HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
+_CONTAINER_LENS = (torch.nn.Sequential.__len__, torch.nn.ModuleList.__len__, torch.nn.ModuleDict.__len__)
 _TYPE_NAMES = {int: "int", float: "float", bool: "bool", str: "str", type(None): "NoneType"}
 
 
@@ -81,14 +84,30 @@ class GuardSet:
                  f"{self.readable(source)} is {_short(value)}")
 
     def equals(self, source: Source, value: object) -> None:
-        t = type(value)
-        check = f"type({source.expr}) is {self.ref(t)} and {source.expr} == {self.ref(value)}"
-        if t in (int, bool, str) or value is None:
-            check = f"type({source.expr}) is {self.ref(t)} and {source.expr} == {value!r}"
+        """The value, with its exact type. On a cache hit the value read is most often the very
+        object captured (a module's ``eps``, a small int, an interned string, ``True``), so the
+        check is ``is`` first, the typed comparison only when that fails."""
+        e, t = source.expr, type(value)
+        if value is None or t is bool:
+            check = f"{e} is {value!r}"
+        elif t in (int, str):
+            check = f"{e} is {self.ref(value)} or type({e}) is {self.ref(t)} and {e} == {value!r}"
+        else:
+            check = f"{e} is {self.ref(value)} or type({e}) is {self.ref(t)} and {e} == {self.ref(value)}"
         self.add(source, check, f"{self.readable(source)} == {value!r}")
 
+    def constant(self, source: Source, value: tuple) -> None:
+        """An immutable tuple of constants (a conv's ``stride``), in one check: the same object,
+        or equal with the same types item by item."""
+        e = source.expr
+        self.add(source, f"{e} is {self.ref(value)} or _same_constant({e}, {self.ref(value)})",
+                 f"{self.readable(source)} == {value!r}")
+
     def length(self, source: Source, value: object) -> None:
-        self.add(source, f"len({source.expr}) == {len(value)}", f"len({self.readable(source)}) == {len(value)}",
+        # torch's module containers count their ``_modules`` (their ``__len__`` is a Python call;
+        # the container's class is guarded by identity, so it is still theirs).
+        e = f"{source.expr}._modules" if type(value).__len__ in _CONTAINER_LENS else source.expr
+        self.add(source, f"len({e}) == {len(value)}", f"len({self.readable(source)}) == {len(value)}",
                  f"len({source.expr})")
 
     def keys(self, source: Source, value: dict) -> None:
@@ -117,7 +136,12 @@ class GuardSet:
         dicts = [(name, getattr(mod, name, None) or {}) for name in _HOOK_DICTS]
         step = source._step(f"{source.expr}.{_HOOK_DICTS[0]}", source.name, True)
         if not any(d for _, d in dicts):
-            self.add(step, "not (" + " or ".join(f"{source.expr}.{n}" for n, _ in dicts) + ")",
+            # Fast path: no hook handle was created anywhere in the process since this entry last
+            # checked these dictionaries (``_hf``, see ``compile_guards``) and this is the module it
+            # checked then (a weak reference: a copied module brings its hooks without new
+            # handles), so its dictionaries are still empty.
+            same = f"_hf and {self.ref(weakref.ref(mod))}() is {source.expr}"
+            self.add(step, f"{same} or not (" + " or ".join(f"{source.expr}.{n}" for n, _ in dicts) + ")",
                      f"{self.readable(source)} has no hooks", f"_hooks_of({source.expr})")
         else:
             self.add(step, " and ".join(f"list({source.expr}.{n}) == {list(d)!r}" for n, d in dicts),
@@ -228,17 +252,20 @@ def compile_guards(gs: GuardSet, param_exprs: list[str], globals_: dict) -> tupl
     """
     ms = threading.local()
     scope = {name: obj for name, obj in gs.objects.values()}
-    scope.update(MS=ms, G=globals_, _hooks_of=hooks_of, **RUNTIME_NAMES)
+    scope.update(MS=ms, G=globals_, _hooks_of=hooks_of, _same_constant=same_constant, _RH=RemovableHandle,
+                 _HE=[-1], **RUNTIME_NAMES)
     root_key = _root_key(gs)
     guards = gs.fast + gs.gated
     blocks, params = _blocks(guards, [gs.bound.get(e, e) for e in param_exprs])
-    src = ["def guard(F, C):", "  try:"]
+    # ``_hf``: no hook handle (``RemovableHandle``: every ``register_*hook`` makes one) was created
+    # since the last call that passed this guard, so hook dictionaries found empty then still are.
+    src = ["def guard(F, C):", "  _now = _RH.next_id", "  _hf = _now == _HE[0]", "  try:"]
     for binds, line, _ in blocks:
         src += ["      " + b for b in binds] + ["      " + line.replace("{fail}", "False")]
     if params:
         src.append("      " + params)
-    src += ["      return True", "  except Exception:", "      return False", ""]
-    src += ["def why(F, C):"]
+    src += ["      _HE[0] = _now", "      return True", "  except Exception:", "      return False", ""]
+    src += ["def why(F, C):", "  _hf = False"]
     for i, (binds, line, actual) in enumerate(blocks):
         fail = f"_failed({i}, lambda: {actual})" if actual != "None" else f"_texts[{i}]"
         src += ["  try:"] + ["      " + b for b in binds] + ["      " + line.replace("{fail}", fail)]
@@ -249,6 +276,23 @@ def compile_guards(gs: GuardSet, param_exprs: list[str], globals_: dict) -> tupl
     scope["_failed"] = lambda i, read: _failed(texts[i], read)
     exec(compile(text, "<tc_capture guards>", "exec"), scope)
     return scope["guard"], scope["why"], text, ms, root_key
+
+
+CONSTANT_TYPES = (int, float, bool, str, bytes, type(None), complex)
+
+
+def is_constant_tuple(value: object) -> bool:
+    """A tuple made only of plain constants (and such tuples): immutable all the way down."""
+    return type(value) is tuple and all(type(v) in CONSTANT_TYPES or is_constant_tuple(v) for v in value)
+
+
+def same_constant(a: object, b: object) -> bool:
+    """``a == b`` with the same type at every level (``(1, 1)`` is not ``(True, 1.0)``)."""
+    if type(a) is not type(b):
+        return False
+    if type(a) is tuple:
+        return len(a) == len(b) and all(same_constant(x, y) for x, y in zip(a, b))
+    return a == b
 
 
 def _failed(text: str, read) -> str:

@@ -11,7 +11,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import tc_ir
 
 from ..cache import sources as S
-from ..cache.guards import GuardSet
+from ..cache.guards import GuardSet, is_constant_tuple
 from .base import NULL, Unsupported
 from .variables import NULL_V, BoundV, Const, DictV, ExitV, IterV, ListV, TensorV, TupleV, V, ViewV
 
@@ -114,6 +114,9 @@ class Session:
             return Const(value, source)
         if t is list:
             return self._sequence(value, source, ListV)
+        if source.gated and is_constant_tuple(value):  # module config (a conv's stride): one check
+            g.constant(source, value)
+            return Const(value, source)
         if isinstance(value, tuple):
             return self._sequence(value, source, TupleV)
         if t is dict or t.__name__ == "OrderedDict":
