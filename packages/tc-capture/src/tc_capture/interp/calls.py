@@ -73,6 +73,7 @@ _UNSAFE_TORCH = {"manual_seed", "seed", "save", "load", "set_default_dtype", "se
 _TORCH_CONSTANTS = {torch.jit.is_scripting: False, torch.jit.is_tracing: False, torch._C._get_tracing_state: None,
                     torch.compiler.is_compiling: True, torch.compiler.is_dynamo_compiling: False,
                     torch.compiler.is_exporting: False, torch._C._is_torch_function_mode_enabled: False}
+_TORCH_COND = getattr(torch, "cond", None)  # the same semantics as tc_ir.ops.cond, one node
 _PURE_MODULES = {"math", "operator", "_operator", "builtins", "itertools", "functools", "string", "inspect"}
 
 
@@ -90,6 +91,8 @@ def call_function(f, fn: V, args: list[V], kwargs: dict[str, V]) -> V:
         return exit_mode(f, fn)
     if isinstance(fn, Const):
         return _call_const(f, fn, args, kwargs)
+    if hasattr(fn, "call"):  # functools.partial made while capturing (stdlib_values.PartialV)
+        return fn.call(f, args, kwargs)
     raise Unsupported(f"calling a {type(fn).__name__}")
 
 
@@ -100,7 +103,7 @@ def _call_const(f, fn: Const, args, kwargs) -> V:
         return handler(f, args, kwargs)
     if _hashable(value) and value in CONTEXT_CLASSES:
         return make_context(f, value, args, kwargs)
-    if value is tc_ir.ops.cond:
+    if value is tc_ir.ops.cond or value is _TORCH_COND:
         return capture_cond(f, args, kwargs)
     if isinstance(value, torch.nn.Module):
         return call_module(f, fn, args, kwargs)
