@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import counting_backend, tree_close
 
 import tc_capture
-from helpers import counting_backend, tree_close
 
 
 def _leaves(args):
