@@ -29,7 +29,8 @@ def scale(x, k):
 
 
 def test_each_entry_tried_names_its_failed_guard_expected_and_actual(caplog):
-    f = tc_capture.optimize(tc_capture.interpret_backend)(scale)
+    # dynamic=False: by default the second size would make the dim a symbol (automatic dynamic)
+    f = tc_capture.optimize(tc_capture.interpret_backend, dynamic=False)(scale)
     calls = [(torch.randn(3), 2), (torch.randn(4), 2), (torch.randn(5), 2)]
     messages = _log(caplog, f, *calls)
     assert len(messages) == 2, messages

@@ -32,10 +32,16 @@ def _register_is_compiling() -> None:
 _register_is_compiling()
 
 
-def mark_dynamic(t: torch.Tensor, dim: int) -> None:
-    """Record that ``t``'s size ``dim`` may change (accepted; shapes are specialized for now)."""
-    dims = getattr(t, "_tc_dynamic_dims", set())
-    dims.add(dim)
+def mark_dynamic(t: torch.Tensor, dim: int | list[int] | tuple[int, ...], *, min: int | None = None,
+                 max: int | None = None) -> None:
+    """Make ``t``'s size ``dim`` a symbol from the first capture (``dynamic=None`` or ``True``).
+
+    ``min``/``max`` bound the sizes a compiled graph accepts (guarded; a size outside recompiles).
+    A size 0 or 1, or one outside ``[min, max]`` at capture, stays static (specialised).
+    """
+    dims = getattr(t, "_tc_dynamic_dims", None) or {}
+    for d in ([dim] if isinstance(dim, int) else dim):
+        dims[d % t.dim() if t.dim() else d] = (min, max)
     t._tc_dynamic_dims = dims
 
 
@@ -141,13 +147,13 @@ def optimize(backend: Callable, *, fullgraph: bool = False, dynamic: bool | None
     """
     def wrap(fn):
         if isinstance(fn, torch.nn.Module):
-            return OptimizedModule(fn, lambda forward: frame_cache(forward, backend, fullgraph, recompile_limit))
+            return OptimizedModule(fn, lambda forward: frame_cache(forward, backend, fullgraph, recompile_limit, dynamic))
         if isinstance(fn, types.MethodType):
             inner = wrap(fn.__func__)
             return types.MethodType(inner, fn.__self__)
         if not isinstance(fn, types.FunctionType):
             raise TypeError(f"tc_capture.optimize needs a function, method or nn.Module, got {type(fn).__name__}")
-        cache = frame_cache(fn, backend, fullgraph, recompile_limit)
+        cache = frame_cache(fn, backend, fullgraph, recompile_limit, dynamic)
         bind = binder(fn)
 
         @functools.wraps(fn)

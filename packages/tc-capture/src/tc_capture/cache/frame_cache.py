@@ -24,6 +24,7 @@ import weakref
 
 import tc_ir
 
+from ..interp.symbols import DynamicPolicy
 from ..resume.callees import binder, call_module, module_forward, plain_module_call, python_target
 from ..resume.compile_region import (
     CompileError,
@@ -61,11 +62,13 @@ COMPILING = _Compiling()
 class FrameCache:
     """All compiled entries of one function's frame, by resume offset."""
 
-    def __init__(self, fn, backend, fullgraph: bool, recompile_limit: int):
+    def __init__(self, fn, backend, fullgraph: bool, recompile_limit: int, dynamic: bool | None = None):
         self.fn, self.code, self.globals = fn, fn.__code__, fn.__globals__
         self.closure = fn.__closure__ or ()
         self.nargs = count_args(self.code)
         self.backend, self.fullgraph, self.limit = backend, fullgraph, recompile_limit
+        self.dynamic = dynamic
+        self.policies: dict[int, DynamicPolicy] = {}  # resume offset -> which input dims are symbols
         self.entries: dict[int, list[Entry]] = {}
         self.lock = threading.RLock()
         self.warned = False
@@ -78,6 +81,7 @@ class FrameCache:
     def clear(self) -> None:
         with self.lock:
             self.entries = {}
+            self.policies = {}
             self.warned = False
             self.failed = set()
 
@@ -125,8 +129,11 @@ class FrameCache:
 
     def _compile(self, offset: int, F, C, n: int) -> Entry:
         name = f"{self.code.co_name}_{offset}_{n}" if offset else f"{self.code.co_name}_{n}"
+        policy = self.policies.setdefault(offset, DynamicPolicy(self.dynamic))
         with COMPILING:
-            session, out, brk = capture_region(self.code, self.globals, F, C, offset, self.nargs, self.fullgraph, name)
+            session, out, brk = capture_region(self.code, self.globals, F, C, offset, self.nargs, self.fullgraph, name,
+                                               policy)
+            policy.saw(session.inputs)
             return build_entry(self.code, self.globals, session, out, brk, self.backend, name, offset)
 
     def _log_recompile(self, existing, offset, F, C) -> None:
@@ -213,7 +220,7 @@ class FrameCache:
             return func(*args, **kwargs)  # not Python code, or a generator: runs natively
         cache = self.callees.get(func.__code__)
         if cache is None:
-            cache = self.callees[func.__code__] = callee_cache(func, self.backend, self.limit)
+            cache = self.callees[func.__code__] = callee_cache(func, self.backend, self.limit, self.dynamic)
         if cache.globals is not func.__globals__:
             return func(*args, **kwargs)
         return cache.call(binder(func)(args, kwargs), args, kwargs, func)
@@ -293,27 +300,27 @@ MANY_BREAKS = 8  # a first call with this many graph breaks warns (as does one w
 SHARED_CACHES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
-def frame_cache(fn, backend, fullgraph: bool, recompile_limit: int) -> FrameCache:
+def frame_cache(fn, backend, fullgraph: bool, recompile_limit: int, dynamic: bool | None = None) -> FrameCache:
     """The one cache of ``fn``'s frame for this back end and settings.
 
     Shared by every ``optimize`` of the same function with the same back end, so one block
     class compiled per instance (regional compilation) compiles once: parameters are graph
     inputs, and guards check types and state, not which instance it is.
     """
-    key = (fn, backend, fullgraph, recompile_limit)
+    key = (fn, backend, fullgraph, recompile_limit, dynamic)
     cache = SHARED_CACHES.get(key)
     if cache is None:
-        cache = SHARED_CACHES[key] = FrameCache(fn, backend, fullgraph, recompile_limit)
+        cache = SHARED_CACHES[key] = FrameCache(fn, backend, fullgraph, recompile_limit, dynamic)
     return cache
 
 
-def callee_cache(fn, backend, recompile_limit: int) -> FrameCache:
+def callee_cache(fn, backend, recompile_limit: int, dynamic: bool | None = None) -> FrameCache:
     """The cache of a function called at a nested break, keyed by its code object (a closure made
     on every call is one frame; its cells are guarded like any closure's) and its globals."""
-    key = (fn.__code__, id(fn.__globals__), backend, recompile_limit)
+    key = (fn.__code__, id(fn.__globals__), backend, recompile_limit, dynamic)
     cache = SHARED_CACHES.get(key)
     if cache is None or cache.globals is not fn.__globals__:
-        cache = SHARED_CACHES[key] = FrameCache(fn, backend, False, recompile_limit)
+        cache = SHARED_CACHES[key] = FrameCache(fn, backend, False, recompile_limit, dynamic)
         cache.fn = None  # called with each call's function object, never held
         cache.reported = True  # its first call is tallied by the caller's
     return cache

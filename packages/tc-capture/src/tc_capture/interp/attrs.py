@@ -14,6 +14,7 @@ import torch
 
 from .base import Unsupported, call_function
 from .record import record, run_fake
+from .symbols import SYM_PYTHON_TYPES
 from .variables import (
     BoundV,
     Const,
@@ -302,8 +303,8 @@ def type_of(v: V) -> type:
     ``object`` made ``isinstance``/``type()`` answer wrongly)."""
     if isinstance(v, TensorV):
         return v.node.meta.get("type", torch.Tensor) if v.source is not None else torch.Tensor
-    if isinstance(v, Const):
-        return type(v.value)
+    if isinstance(v, Const):  # a symbolic size is an int to the program
+        return SYM_PYTHON_TYPES.get(type(v.value), type(v.value))
     if isinstance(v, ObjV):
         return v.cls
     if isinstance(v, TupleV):

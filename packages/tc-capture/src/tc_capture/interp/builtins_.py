@@ -14,6 +14,7 @@ from .base import Unsupported, call_function
 from .iteration import iterate, pull
 from .pyops import binary, items_of, realize_const, set_add
 from .record import record
+from .symbols import concrete
 from .truth import call_own, own_method, truth
 from .variables import BoundV, Const, DictV, FuncV, IterV, LazyV, ListV, MethodV, ObjV, SetV, SuperV, TensorV, TupleV, V, ViewV
 
@@ -30,7 +31,9 @@ def builtin(*fns):
 
 
 def _consts(args) -> list:
-    return [realize_const(a) for a in args]
+    # A symbolic size is made plain (specialised) here: str(), hash(), repr() of a SymInt would
+    # read its expression, not its value.
+    return [concrete(realize_const(a)) for a in args]
 
 
 @builtin(len)

@@ -18,6 +18,7 @@ from .base import Unsupported
 from .calls import call_function
 from .pyops import fold, items_of, realize_const, set_add
 from .record import record
+from .symbols import concrete
 from .truth import call_own, own_method
 from .variables import CellV, Const, DataDictV, DictV, FuncV, ListV, SetV, TensorV, TupleV, V
 
@@ -214,6 +215,6 @@ def format_value(value: V, conv: int, spec: V | None) -> V:
     spec = realize_const(spec) if spec is not None else ""
     if isinstance(value, TensorV):
         raise Unsupported("formatting a tensor into a string reads its data")
-    v = realize_const(value)
+    v = concrete(realize_const(value))  # a symbolic size is formatted as its (guarded) value
     convert = {0: None, 1: str, 2: repr, 3: ascii}[conv]
     return Const(format(convert(v) if convert else v, spec))

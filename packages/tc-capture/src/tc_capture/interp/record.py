@@ -11,10 +11,13 @@ import tc_ir
 
 from .base import Unsupported
 from .session import Session
+from .symbols import SYM_TYPES
 from .variables import Const, DictV, ListV, TensorV, TupleV, V
 
+# SymInt/SymFloat/SymBool: sizes (and numbers computed from them) of tensors with symbolic dims;
+# ``symbols.finish`` writes them into the graph as sympy expressions.
 _PLAIN = (int, float, bool, str, type(None), complex, torch.dtype, torch.device, torch.memory_format,
-          torch.layout, type(Ellipsis), torch.Size)
+          torch.layout, type(Ellipsis), torch.Size, *SYM_TYPES)
 
 # Tensor methods that hand a Python value to Python: the value depends on data, so we break.
 DATA_METHODS = {"item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "data_ptr",
@@ -40,7 +43,7 @@ def to_node(v: V) -> Any:
 
 
 def _plain_slice(s: slice) -> bool:
-    return all(isinstance(x, (int, type(None))) for x in (s.start, s.stop, s.step))
+    return all(isinstance(x, (int, type(None), torch.SymInt)) for x in (s.start, s.stop, s.step))
 
 
 def to_fake(v: V) -> Any:

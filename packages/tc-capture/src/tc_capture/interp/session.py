@@ -13,6 +13,7 @@ import tc_ir
 from ..cache import sources as S
 from ..cache.guards import GuardSet, is_constant_tuple
 from .base import NULL, Unsupported
+from .symbols import DynamicPolicy, Sizes, dense_order
 from .variables import NULL_V, BoundV, Const, DictV, ExitV, IterV, ListV, TensorV, TupleV, V, ViewV
 
 _EQ_TYPES = (int, float, bool, str, bytes, complex, type(None), torch.dtype, torch.device,
@@ -60,9 +61,11 @@ class ModeExit:
 
 
 class Session:
-    def __init__(self, name: str, slot_names: list[str], fullgraph: bool):
+    def __init__(self, name: str, slot_names: list[str], fullgraph: bool, dynamic: DynamicPolicy | None = None):
         self.graph = tc_ir.Graph(name)
-        self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+        self.dynamic = dynamic  # which input dims are size symbols (``symbols``); None: all static
+        self.sizes = Sizes()
+        self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True, shape_env=self.sizes.env)
         self.guards = GuardSet(slot_names)
         self.inputs: list[tuple[Any, S.Source, Any]] = []  # (node, source, example value)
         self.real_inputs: dict[int, torch.Tensor] = {}  # id(input node) -> the tensor it was read from
@@ -207,14 +210,37 @@ class Session:
             # A subclass's operations are its own (``__torch_function__``/``__torch_dispatch__``: types of
             # results, other kernels): graphs of torch ops would drop them.
             raise Unsupported(f"a {type(value).__qualname__} input (a torch.Tensor subclass)")
-        self.guards.tensor(source, value)
-        fake = self.fake_mode.from_tensor(value, static_shapes=True)
-        node = self.graph.input(source.name, tc_ir.TensorSpec.from_tensor(value))
+        dims = self.dynamic.dims(source.expr, value, source.gated) if self.dynamic is not None else {}
+        if dims and dense_order(value) is not None:
+            fake = self._symbolic_input(value, source, dims)
+            spec = tc_ir.TensorSpec.from_tensor(fake)  # over the ShapeEnv's symbols until ``finish``
+        else:  # static, or a layout other than a permutation of contiguous: specialised
+            self.guards.tensor(source, value)
+            fake = self.fake_mode.from_tensor(value, static_shapes=True)
+            spec = tc_ir.TensorSpec.from_tensor(value)
+        node = self.graph.input(source.name, spec)
         node.meta["source"] = source.expr
         node.meta["type"] = type(value)
         self.inputs.append((node, source, value))
         self.real_inputs[id(node)] = value
         return TensorV(node, fake, source)
+
+    def _symbolic_input(self, t: torch.Tensor, source: S.Source, dims: dict) -> torch.Tensor:
+        """A fake input whose ``dims`` are size symbols, and its guard: type, dtype, rank, device,
+        ``requires_grad``, the static dims' sizes and strides as expressions of the sizes (the
+        layout it was captured with); each symbol's own guards are added by ``symbols.finish``."""
+        g = self.guards
+        e = g.bound.setdefault(source.expr, f"_t{len(g.bound)}")
+        fake, strides = self.sizes.fake_input(self.fake_mode, t, dims, source, e, g.readable(source))
+        device = f"{e}.is_cpu" if t.device.type == "cpu" else f"{e}.device == {g.ref(t.device)}"
+        static = "".join(f"{e}.shape[{d}] == {n} and " for d, n in enumerate(t.shape) if d not in dims)
+        cond = (f"type({e} := {source.expr}) is {g.ref(type(t))} and {e}.dtype is {g.ref(t.dtype)} and "
+                f"{e}.dim() == {t.dim()} and {static}{e}.stride() == {strides} and "
+                f"{e}.requires_grad is {t.requires_grad} and {device}")
+        grad = " requires_grad" if t.requires_grad else ""
+        spec = self.sizes.readable(tc_ir.TensorSpec.from_tensor(fake))
+        g.add(source, cond, f"{g.readable(source)}: {type(t).__name__} {spec}{grad}")
+        return fake
 
     def real_input(self, v: V) -> torch.Tensor | None:
         """The real tensor behind a graph input (what its source reads now), else ``None``."""

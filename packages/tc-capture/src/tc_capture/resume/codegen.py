@@ -12,6 +12,7 @@ from typing import Any
 from ..cache.sources import REAL_ITERATORS, RUNTIME_NAMES
 from ..interp.base import NULL, UNBOUND, Unsupported
 from ..interp.session import ModeExit, ResumeIter
+from ..interp.symbols import is_symbolic, runtime_expr
 from ..interp.variables import (
     BoundV,
     CellV,
@@ -88,9 +89,13 @@ class Rebuild:
         return name
 
     def _build(self, v: V) -> str:
+        if hasattr(v, "rebuild"):  # standard-library models (interp/stdlib_values.py)
+            return v.rebuild(self)
         if isinstance(v, TensorV):
             return self._tensor(v)
         if isinstance(v, Const):
+            if v.source is None and is_symbolic(v.value):  # a size: computed from this call's tensors
+                return runtime_expr(v.value, self.refs)
             return v.source.expr if v.source is not None else self._const(v.value)
         if isinstance(v, NullV):
             return "NULL"

@@ -17,6 +17,7 @@ from ..cache import sources as S
 from ..cache.guards import compile_guards
 from ..interp import BreakHere, Frame, Session, Stop, Unsupported
 from ..interp.base import UNBOUND
+from ..interp.symbols import finish as finish_sizes
 from ..interp.variables import CellV, V
 from .codegen import Rebuild, generate_runner
 from .export_meta import returns_spec, user_input
@@ -98,12 +99,13 @@ def _initial_frame(session: Session, code, globals_, F, C, offset: int, nargs: i
     return Frame(session, code, globals_, locals_, cells, ip=index_of[offset], stack=stack)
 
 
-def capture_region(code, globals_, F, C, offset: int, nargs: int, fullgraph: bool, name: str):
-    """Run the symbolic interpreter from ``offset``; returns (session, result or Stop, Break|None)."""
+def capture_region(code, globals_, F, C, offset: int, nargs: int, fullgraph: bool, name: str, dynamic=None):
+    """Run the symbolic interpreter from ``offset``; returns (session, result or Stop, Break|None).
+    ``dynamic``: the ``symbols.DynamicPolicy`` choosing which input dims are size symbols."""
     break_at: set[int] = set()
     cause: Unsupported | None = None
     for _ in range(4):
-        session = Session(name, frame_names(code, offset, max(0, len(F) - len(code.co_varnames))), fullgraph)
+        session = Session(name, frame_names(code, offset, max(0, len(F) - len(code.co_varnames))), fullgraph, dynamic)
         session.top_globals = globals_
         grad = torch.is_grad_enabled()
         try:
@@ -153,6 +155,7 @@ def build_entry(code, globals_, session: Session, out, brk: Break | None, backen
     if offset == 0 and not isinstance(out, Stop):
         _export_meta(code, graph, out, rb.outputs, plain + gated)
     graph.output(tuple(rb.outputs))
+    finish_sizes(session.sizes, graph, session.guards)  # specs over tc_ir symbols, size guards
     guard, why, guard_src, ms, root_key = compile_guards(session.guards, [s.expr for _, s, _ in gated], globals_)
     lead, trail = hoist_grad_mode(graph, torch.is_grad_enabled())
     # Where the region starts in the user's code: back ends name it when they fall back.
