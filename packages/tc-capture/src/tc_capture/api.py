@@ -180,6 +180,7 @@ class CaptureResult:
     guards: list = field(default_factory=list)
     breaks: list = field(default_factory=list)
     result: Any = None
+    symbols: dict = field(default_factory=dict)  # size symbol -> the input dim it stands for
 
     @property
     def ops_per_graph(self) -> list[int]:
@@ -201,6 +202,8 @@ class CaptureResult:
         lines = [f"graphs: {self.graph_count}, graph breaks: {self.graph_break_count}",
                  f"ops per graph: {self.ops_per_graph}"]
         lines += [f"  break: {b}" for b in self.breaks]
+        if self.symbols:
+            lines.append("symbolic sizes: " + ", ".join(f"{s} = {where}" for s, where in self.symbols.items()))
         lines += ["guards:"] + [f"  {g}" for g in self.guards]
         return "\n".join(lines)
 
@@ -216,6 +219,7 @@ def capture(fn, *args, **kwargs) -> CaptureResult:
     def listen(entry: Entry) -> None:
         if entry.graph is not None:
             report.graphs.append(entry.graph)
+            report.symbols.update(entry.graph.meta.get("size_symbols", {}))
         report.guards.extend(g for g in entry.guard_texts if g not in report.guards)
         report.breaks.extend(entry.breaks)
 

@@ -370,4 +370,10 @@ def _add_guards(sizes: Sizes, guards) -> None:
             continue
         source = next((s.source for s in involved if s.source.gated), involved[0].source if involved else None)
         actual = f"{guards.ref(sizes_text)}(" + ", ".join(f"{s.where!r}, {s.read}" for s in involved) + ")"
-        guards.add(source, cond, f"{text} (sizes: {', '.join(f'{s.ours}={s.where}' for s in involved)})", actual)
+        ours = relation.xreplace({k: v.ours for k, v in sizes.syms.items()})
+        guards.add(source, cond, f"{_bare(text)} ({_bare(python(plain_sympy(ours), {s.ours: str(s.ours) for s in involved}))})",
+                   actual)
+
+
+def _bare(text: str) -> str:
+    return text[1:-1] if text.startswith("(") and text.endswith(")") else text
