@@ -23,7 +23,7 @@ import torch
 import tc_ir
 
 from ..cache import sources as S
-from . import queries
+from . import queries, torch_features
 from .base import Unsupported, defines
 from .builtins_ import BUILTINS, bind_namedtuple
 from .cond import capture_cond
@@ -127,6 +127,9 @@ def _call_const(f, fn: Const, args, kwargs) -> V:
         return Const(None)
     if isinstance(value, (torch._ops.OpOverloadPacket, torch._library.custom_ops.CustomOpDef)):
         return torch_call(f, _overload(value, args, kwargs), args, kwargs)
+    feature = torch_features.rule(value)  # autograd.Function, checkpoint, disable, allow_in_graph, torch.func
+    if feature is not None:
+        return feature(f, fn, args, kwargs)
     if is_torch_callable(value):
         return torch_call(f, value, args, kwargs)
     if isinstance(value, types.FunctionType):
