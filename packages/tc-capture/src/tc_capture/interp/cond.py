@@ -23,8 +23,11 @@ def capture_cond(f, args, kwargs) -> V:
         return call_function(f, true_fn if pred.value else false_fn, ops, {})
     if not isinstance(pred, TensorV) or pred.fake.numel() != 1 or not all(isinstance(o, TensorV) for o in ops):
         raise Unsupported("cond needs a one-element tensor or bool predicate and tensor operands")
-    true, out_true = _branch(f, "true_graph", true_fn, ops)
-    false, out_false = _branch(f, "false_graph", false_fn, ops)
+    try:
+        true, out_true = _branch(f, "true_graph", true_fn, ops)
+        false, out_false = _branch(f, "false_graph", false_fn, ops)
+    except Unsupported as e:  # the whole cond runs in Python (not compiled as a frame of its own)
+        raise Unsupported(f"cond: {e.reason}") from e
     _check_agree(out_true, out_false)
     free = list(dict.fromkeys([*true.free, *false.free]))
     lift_to(true, free)
