@@ -50,6 +50,11 @@ def get_attr(f, obj: V, name: str) -> V:
         return overlay
     if isinstance(obj, TensorV):
         return _tensor_attr(f, obj, name)
+    if hasattr(obj, "attr"):  # standard-library models (stdlib_values)
+        found = obj.attr(f, name)
+        if found is None:
+            raise AttrMissing(f"{type_of(obj).__name__!r} object has no attribute {name!r}")
+        return found
     if isinstance(obj, ObjV):
         if name in obj.attrs:
             return obj.attrs[name]
@@ -69,12 +74,10 @@ def get_attr(f, obj: V, name: str) -> V:
         if hasattr(kind, name):
             return BoundV(Const(getattr(kind, name)), obj)
         if hasattr(getattr(obj, "cls", kind), name):  # a C method of a subclass (OrderedDict.move_to_end)
-            raise Unsupported(f"{obj.cls.__name__}.{name} of a value built while capturing")
+            return BoundV(Const(getattr(obj.cls, name)), obj)  # calling one with no rule is a break
         raise AttrMissing(f"{kind.__name__} has no attribute {name!r}")
     if isinstance(obj, FuncV):
-        if name in ("__name__", "__qualname__"):
-            return Const(obj.code.co_name if name == "__name__" else obj.qualname)
-        raise Unsupported(f"attribute {name} of a nested function")
+        return _func_attr(obj, name)
     if isinstance(obj, BoundV):
         if name == "__self__":
             return obj.self_v
@@ -85,7 +88,30 @@ def get_attr(f, obj: V, name: str) -> V:
         return _const_attr(f, obj, name)
     if isinstance(obj, (IterV, LazyV, ViewV, SetV)):
         return _builtin_obj_attr(obj, name)
+    if hasattr(obj, "py_type"):
+        return _builtin_obj_attr(obj, name)
     raise Unsupported(f"attribute {name!r} of {type(obj).__name__}")
+
+
+def _func_attr(fn: FuncV, name: str) -> V:
+    """An attribute of a function made while capturing: what was set on it, else what CPython's
+    function object says (the docstring is ``co_consts[0]`` when that is a string)."""
+    if name in fn.attrs:
+        return fn.attrs[name]
+    consts = fn.code.co_consts
+    plain = {"__name__": fn.code.co_name, "__qualname__": fn.qualname, "__code__": fn.code,
+             "__module__": fn.globals.get("__name__"), "__globals__": fn.globals,
+             "__doc__": consts[0] if consts and isinstance(consts[0], str) else None}
+    if name in plain:
+        return Const(plain[name])
+    if name == "__dict__":
+        fn.attrs["__dict__"] = DictV({})
+        return fn.attrs["__dict__"]
+    if name == "__defaults__":
+        return TupleV(fn.defaults) if fn.defaults else Const(None)
+    if not hasattr(types.FunctionType, name):
+        raise AttrMissing(f"'function' object has no attribute {name!r}")
+    raise Unsupported(f"attribute {name} of a nested function")
 
 
 def _python_level(cls: type, name: str, base: type) -> bool:
@@ -245,6 +271,9 @@ def _class_attr(f, obj: V, cls: type, name: str, start_after: type | None = None
         return _cached_property(f, obj, desc, name)
     if found and isinstance(getattr(type(desc), "__get__", None), types.FunctionType):
         raise Unsupported(f"attribute {name!r}: a descriptor whose __get__ is Python code ({type(desc).__name__})")
+    if found and isinstance(desc, (types.MethodDescriptorType, types.WrapperDescriptorType)) \
+            and not isinstance(obj, Const):
+        return BoundV(Const(desc), obj)  # a C method of a value built while capturing (super().__init__())
     if found:
         return _bind(desc, obj, cls, name)
     if not found and _lookup(cls, "__getattr__")[0] and not issubclass(cls, torch.nn.Module):
@@ -278,14 +307,29 @@ def _bind(desc, obj: V, cls: type, name: str) -> V:
 
 
 def _super_attr(f, sup: SuperV, name: str) -> V:
+    """``super(C, obj).name``: looked up after ``C`` in ``type(obj)``'s MRO, or in ``obj``'s own
+    when ``obj`` is a subclass of ``C`` rather than an instance (``super().__new__(cls)``)."""
     obj = sup.obj
-    cls = obj.cls if isinstance(obj, ObjV) else (obj.value if isinstance(obj.value, type) else type(obj.value))
+    if isinstance(obj, Const) and isinstance(obj.value, type) and not isinstance(obj.value, sup.cls):
+        cls = obj.value
+    else:
+        cls = type_of(obj)
     return _class_attr(f, obj, cls, name, start_after=sup.cls)
 
 
 # ---- writes --------------------------------------------------------------------------------------
 def set_attr(f, obj: V, name: str, value: V) -> None:
     if isinstance(obj, ObjV):
+        own = _lookup(obj.cls, "__setattr__")[1]
+        if own is not object.__setattr__:  # a frozen dataclass raises, others do their own thing
+            if not isinstance(own, types.FunctionType):
+                raise Unsupported(f"{obj.cls.__name__}.__setattr__ is not Python code")
+            call_function(f, Const(own), [obj, Const(name), value], {})
+            return
+        obj.attrs[name] = value
+        return
+    if isinstance(obj, FuncV) and name not in ("__code__", "__globals__", "__closure__", "__defaults__",
+                                                "__kwdefaults__"):
         obj.attrs[name] = value
         return
     if isinstance(obj, Const) and obj.source is not None and not isinstance(obj.value, type):
@@ -321,4 +365,6 @@ def type_of(v: V) -> type:
     known = {ListV: list, SetV: set, FuncV: types.FunctionType, MethodV: types.BuiltinMethodType}
     if type(v) in known:
         return known[type(v)]
+    if hasattr(v, "py_type"):  # standard-library models (stdlib_values)
+        return v.py_type()
     raise Unsupported(f"the type of a {type(v).__name__} is not known exactly")

@@ -19,6 +19,9 @@ from .truth import call_own, own_method, truth
 from .variables import BoundV, Const, DictV, FuncV, IterV, LazyV, ListV, MethodV, ObjV, SetV, SuperV, TensorV, TupleV, V, ViewV
 
 BUILTINS: dict = {}
+# Calling an *instance* of one of these types (an ``operator.itemgetter``, an ``lru_cache``
+# wrapper): ``handler(f, fn_v, args, kwargs)``. Filled by the ``stdlib_*`` modules.
+CALLABLE_TYPES: dict = {}
 
 
 def builtin(*fns):
@@ -45,6 +48,8 @@ def length(f, args, kwargs=None) -> V:
         return Const(len(v.items))
     if isinstance(v, ViewV):
         return Const(len(v.dict_v.items))
+    if hasattr(v, "items") and hasattr(v, "py_type"):  # a deque (stdlib_values.DequeV)
+        return Const(len(v.items))
     if isinstance(v, TensorV):
         return Const(v.fake.shape[0])
     if isinstance(v, Const):

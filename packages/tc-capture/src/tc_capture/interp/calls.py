@@ -8,6 +8,7 @@ pure functions of constants are folded; anything else is a graph break.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import functools
@@ -23,13 +24,14 @@ import torch
 import tc_ir
 
 from ..cache import sources as S
-from . import queries, torch_features
+from . import queries, stdlib_collections, stdlib_iter, torch_features  # noqa: F401  (they register BUILTINS)
 from .base import Unsupported, defines
-from .builtins_ import BUILTINS, bind_namedtuple
+from .builtins_ import BUILTINS, CALLABLE_TYPES, bind_namedtuple
 from .cond import capture_cond
 from .contexts import CONTEXT_CLASSES, make_context, restore
 from .pyops import binary, items_of, realize_const
 from .record import DATA_METHODS, record, to_fake
+from .stdlib_classes import call_stdlib_const, construct_special
 from .variables import (
     BoundV,
     CellV,
@@ -63,6 +65,10 @@ _INLINE_TORCH = (os.path.join(_TORCH_DIR, "nn", "modules", ""),  # torch's modul
 # ``AbstractContextManager`` subclasses.
 _INLINE_STDLIB = {contextlib.nullcontext.__init__.__code__, contextlib.nullcontext.__enter__.__code__,
                   contextlib.nullcontext.__exit__.__code__, contextlib.AbstractContextManager.__enter__.__code__}
+# Standard-library files whose Python code is inlined like the user's: ``Counter``'s methods and
+# the methods of namedtuple classes (``_replace``, ``_make``, ``_asdict``) are plain Python over
+# dicts and tuples (their one C helper, ``_count_elements``, is modelled in stdlib_collections).
+_INLINE_STDLIB_FILES = {os.path.realpath(collections.__file__)}
 _CO_ASYNC = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 _UNSAFE_TORCH = {"manual_seed", "seed", "save", "load", "set_default_dtype", "set_default_device",
                  "set_grad_enabled", "use_deterministic_algorithms", "set_printoptions", "compile",
@@ -101,6 +107,9 @@ def _call_const(f, fn: Const, args, kwargs) -> V:
     handler = BUILTINS.get(value) if _hashable(value) else None
     if handler is not None:
         return handler(f, args, kwargs)
+    by_type = CALLABLE_TYPES.get(type(value))
+    if by_type is not None:
+        return by_type(f, fn, args, kwargs)
     if _hashable(value) and value in CONTEXT_CLASSES:
         return make_context(f, value, args, kwargs)
     if value is tc_ir.ops.cond or value is _TORCH_COND:
@@ -132,6 +141,8 @@ def _call_const(f, fn: Const, args, kwargs) -> V:
         return feature(f, fn, args, kwargs)
     if is_torch_callable(value):
         return torch_call(f, value, args, kwargs)
+    if isinstance(value, types.FunctionType) and (folded := call_stdlib_const(f, fn, args, kwargs)) is not None:
+        return folded
     if isinstance(value, types.FunctionType):
         inner = _dynamo_disabled_optim(value)
         if inner is not None:
@@ -231,7 +242,8 @@ def _foldable(fn, args, kwargs) -> bool:
     all_const = all(isinstance(a, Const) for a in [*args, *kwargs.values()])
     if not all_const or _runs_python(fn) or any(_runs_python(a.value) for a in [*args, *kwargs.values()]):
         return False  # folding would run the user's code once, at capture, not on every call
-    if isinstance(fn, types.BuiltinFunctionType) and isinstance(receiver, (str, bytes, tuple, int, float, frozenset,
+    if isinstance(fn, (types.BuiltinFunctionType, types.MethodWrapperType)) \
+            and isinstance(receiver, (str, bytes, tuple, int, float, frozenset, range,
                                                                              torch.Size, torch.dtype, torch.device)):
         return True
     if isinstance(fn, types.BuiltinMethodType) and isinstance(receiver, (dict, list, set, tuple, str)) \
@@ -462,8 +474,9 @@ def construct(f, cls: type, args, kwargs) -> V:
         return bind_namedtuple(cls, args, kwargs)
     if issubclass(cls, dict) and dataclasses.is_dataclass(cls) and hasattr(cls, "to_tuple"):
         return _model_output(cls, args, kwargs)
-    if issubclass(cls, torch.nn.Module):
-        raise Unsupported(f"creating a module ({cls.__name__}) inside a captured function")
+    special = construct_special(f, cls, args, kwargs)
+    if special is not None:
+        return special
     if cls.__module__ in ("builtins", "torch") or cls.__module__.startswith("torch."):
         if all(isinstance(a, Const) for a in [*args, *kwargs.values()]) and cls in (
                 torch.Size, torch.device, slice, complex, frozenset, torch.finfo, torch.iinfo):
@@ -510,7 +523,7 @@ def _skip_reason(fn) -> str | None:
     if code.co_flags & _CO_ASYNC:
         return f"{code.co_name} is a coroutine"
     path = os.path.realpath(code.co_filename)
-    if code in _INLINE_STDLIB:
+    if code in _INLINE_STDLIB or path in _INLINE_STDLIB_FILES:
         return None
     if path.startswith(_STDLIB) and "site-packages" not in path and "dist-packages" not in path:
         return f"{_name(fn)} lives in the standard library ({os.path.basename(path)})"

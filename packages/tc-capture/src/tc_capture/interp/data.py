@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import operator
+import types
 
 import torch
 
@@ -150,6 +151,8 @@ def getitem(f, obj: V, key: V) -> V:
     if own is not None:
         return call_own(f, own, obj, key)
     k = realize_const(key)
+    if hasattr(obj, "items") and hasattr(obj, "py_type") and type(k) is int:  # a deque
+        obj = ListV(obj.items)
     if isinstance(obj, (ListV, TupleV)):
         if isinstance(k, slice):
             return type(obj)(obj.items[k]) if isinstance(obj, ListV) else TupleV(obj.items[k])
@@ -161,11 +164,22 @@ def getitem(f, obj: V, key: V) -> V:
         return TupleV(list(obj.items.values()))[k] if isinstance(k, slice) else list(obj.items.values())[k]
     if isinstance(obj, DictV):
         if k not in obj.items:
-            raise Unsupported(f"key {k!r} is not in the dict")
+            return _missing(f, obj, key, k)
         return obj.items[k]
     if isinstance(obj, Const):
         return _const_getitem(f, obj, k)
     raise Unsupported(f"subscript of {type(obj).__name__}")
+
+
+def _missing(f, obj: DictV, key: V, k) -> V:
+    """``d[k]`` for a key not in the dict: a defaultdict's factory (``stdlib_values``), or a dict
+    subclass's Python ``__missing__`` (``Counter`` answers 0); else ``KeyError`` (a break)."""
+    if hasattr(obj, "missing"):
+        return obj.missing(f, k)
+    method = getattr(obj.cls, "__missing__", None)
+    if isinstance(method, types.FunctionType):
+        return call_function(f, Const(method), [obj, key], {})
+    raise Unsupported(f"key {k!r} is not in the dict")
 
 
 def _const_getitem(f, obj: Const, k) -> V:

@@ -245,7 +245,7 @@ class Frame(StackFrame):
         return iterate(self, v)
 
     def next_item(self, it: V):
-        if not isinstance(it, (IterV, LazyV)):
+        if not isinstance(it, (IterV, LazyV)) and not hasattr(it, "pull"):
             raise Unsupported(f"FOR_ITER on {type(it).__name__}")
         item = pull(self, it)
         return EXHAUSTED if item is None else item

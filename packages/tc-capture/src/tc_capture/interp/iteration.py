@@ -24,8 +24,10 @@ _VIEW_ITER_TYPES = {"keys": type(iter({})), "values": type(iter({}.values())), "
 
 @defines
 def iterate(f, v: V) -> IterV | LazyV:
-    if isinstance(v, (IterV, LazyV)):
+    if isinstance(v, (IterV, LazyV)) or hasattr(v, "pull"):  # HostIterV: an iterator of its own
         return v
+    if hasattr(v, "items") and hasattr(v, "py_type"):  # DequeV
+        return IterV(v.items, cls=type(iter(v.py_type()())))
     if isinstance(v, TupleV) and v.cls is not tuple and isinstance(getattr(v.cls, "__iter__", None), types.FunctionType):
         return _object_items(f, v, v.cls)  # a tuple subclass's own __iter__
     if isinstance(v, (ListV, TupleV)):
@@ -63,6 +65,8 @@ def pull(f, it: V) -> V | None:
         return it.items[it.index - 1]
     if isinstance(it, LazyV):
         return _pull_lazy(f, it)
+    if hasattr(it, "pull"):  # HostIterV
+        return it.pull(f)
     raise Unsupported(f"next() on {type(it).__name__}")
 
 

@@ -37,6 +37,11 @@ def op_load_assertion_error(f, inst):
     f.push(f.const(AssertionError))
 
 
+@handler("LOAD_BUILD_CLASS")
+def op_load_build_class(f, inst):
+    f.push(f.const(__build_class__))  # a `class` statement calls it (interp/stdlib_classes.py)
+
+
 @handler("RETURN_CONST")
 def op_return_const(f, inst):
     f.result = f.const(inst.argval)

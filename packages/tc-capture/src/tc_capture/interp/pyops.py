@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import operator
 import types
 
@@ -41,7 +42,7 @@ def binary(f, fn, a: V, b: V) -> V:
     if own is not None:
         return call_function(f, Const(own), [a, b], {})
     if isinstance(a, TensorV) or isinstance(b, TensorV):
-        return record(f.session, fn, (a, b), {})
+        return record(f.session, fn, (_number(a), _number(b)), {})
     if isinstance(a, Const) and isinstance(b, Const):
         return fold(_INPLACE_TO_PLAIN.get(fn, fn) if _immutable(a.value) else fn, a, b)
     return _sequence_op(f, fn, a, b)
@@ -65,6 +66,14 @@ def _own_dunder(a: V, fn):
         if isinstance(method, types.FunctionType):
             return method
     return None
+
+
+def _number(v: V) -> V:
+    """A NumPy scalar next to a tensor acts as the Python number it holds (``t * np.float32(2)``
+    keeps ``t``'s dtype, as with ``t * 2.0``): recorded as that number."""
+    if isinstance(v, Const) and type(v.value).__module__ == "numpy" and getattr(v.value, "ndim", None) == 0:
+        return Const(v.value.item())
+    return v
 
 
 def _immutable(x) -> bool:
@@ -164,7 +173,7 @@ def contains(f, item: V, container: V) -> bool:
         if container.kind == "keys":
             return realize_const(item) in container.dict_v.items
         return contains(f, item, ListV(view_items(container)))
-    if isinstance(container, (ListV, TupleV, SetV)):
+    if isinstance(container, (ListV, TupleV, SetV)) or hasattr(container, "items") and hasattr(container, "py_type"):
         if isinstance(item, TensorV):
             return any(identity(item, x) for x in container.items)
         key = realize_const(item)
@@ -200,6 +209,9 @@ def unary(f, fn, a: V) -> V:
     raise Unsupported(f"{fn.__name__} on {type(a).__name__}")
 
 
+_KEEP_DICT_CLASS = (collections.OrderedDict, collections.Counter)
+
+
 def realize_const(v: V):
     """The Python value of a value made only of constants (raises Unsupported otherwise)."""
     if isinstance(v, Const):
@@ -210,9 +222,15 @@ def realize_const(v: V):
     if isinstance(v, ListV):
         return [realize_const(x) for x in v.items]
     if isinstance(v, DictV):
-        return {k: realize_const(x) for k, x in v.items.items()}
+        items = {k: realize_const(x) for k, x in v.items.items()}
+        if hasattr(v, "realize"):  # a defaultdict: its factory too
+            return v.realize(items)
+        # OrderedDict equality depends on order, Counter's ignores zero counts: keep the class
+        return v.cls(items) if v.cls in _KEEP_DICT_CLASS else items
     if isinstance(v, SetV):
         return {realize_const(x) for x in v.items}
+    if hasattr(v, "realize"):  # standard-library models (stdlib_values)
+        return v.realize()
     raise Unsupported(f"a {type(v).__name__} is used where a Python constant is needed")
 
 

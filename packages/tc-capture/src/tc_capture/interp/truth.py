@@ -32,6 +32,8 @@ def truth(f, v: V) -> bool:
         if v.source is not None and hasattr(type(value), "__len__") and not isinstance(value, (str, bytes)):
             f.session.guards.length(v.source, value)
         return bool(value)
+    if hasattr(v, "truthy"):  # standard-library models (stdlib_values)
+        return v.truthy(f)
     raise Unsupported(f"truth of {type(v).__name__}")
 
 

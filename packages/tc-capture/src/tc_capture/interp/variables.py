@@ -100,12 +100,13 @@ class CellV(V):
 class FuncV(V):
     """A function made by MAKE_FUNCTION while capturing (nested def, lambda, 3.11 comprehension)."""
 
-    __slots__ = ("code", "globals", "defaults", "kwdefaults", "closure", "qualname")
+    __slots__ = ("code", "globals", "defaults", "kwdefaults", "closure", "qualname", "attrs")
 
     def __init__(self, code, globals_, defaults, kwdefaults, closure, source=None):
         super().__init__(source)
         self.code, self.globals, self.defaults = code, globals_, tuple(defaults)
         self.kwdefaults, self.closure, self.qualname = dict(kwdefaults), tuple(closure), code.co_qualname
+        self.attrs: dict = {}  # attributes set on it (``functools.wraps``, ``fn.flag = 1``)
 
 
 class BoundV(V):

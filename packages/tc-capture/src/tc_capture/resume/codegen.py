@@ -164,8 +164,12 @@ class Rebuild:
             defaults = f"({', '.join(self.expr(d) for d in v.defaults)}{',' if len(v.defaults) == 1 else ''})"
             kw = "{" + ", ".join(f"{k!r}: {self.expr(d)}" for k, d in v.kwdefaults.items()) + "}"
             closure = f"({', '.join(self.expr(c) for c in v.closure)}{',' if len(v.closure) == 1 else ''})"
-            return self._bind(v, f"_make_fn({self.refs(v.code)}, {self.refs(v.globals)}, {defaults}, {kw}, "
+            name = self._bind(v, f"_make_fn({self.refs(v.code)}, {self.refs(v.globals)}, {defaults}, {kw}, "
                                  f"{closure}, {v.qualname!r})")
+            for attr, x in v.attrs.items():  # set on it while capturing (functools.wraps)
+                self.lines.append(f"{name}.__dict__.update({self.expr(x)})" if attr == "__dict__"
+                                  else f"setattr({name}, {attr!r}, {self.expr(x)})")
+            return name
         if isinstance(v, BoundV):
             return f"_MethodType({self.expr(v.func)}, {self.expr(v.self_v)})"
         if isinstance(v, MethodV):
