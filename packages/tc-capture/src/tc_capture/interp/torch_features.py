@@ -161,7 +161,7 @@ def _capture_function(f, cls, args: list[V]) -> V:
             and ctx.attrs.get("materialize_grads", Const(True)).value is True):
         raise Unsupported("ctx.set_materialize_grads(False)")
     saved_vs, bwd_ctx = _ctx_tensors(ctx)
-    bwd = _trace_backward(f, backward, bwd_ctx, saved_vs, outs, args)
+    bwd = _trace_backward(f, f"{cls.__name__}_backward", backward, bwd_ctx, saved_vs, outs, args)
     fwd_saved = [_in_forward(fwd, v) for v in saved_vs]
     single = not isinstance(fwd.result, (TupleV, ListV))
     fwd.graph.output(((outs[0].node if single else tuple(o.node for o in outs)), tuple(fwd_saved)))
@@ -253,8 +253,9 @@ def _ctx_tensors(ctx: ObjV) -> tuple[list[TensorV], ObjV]:
             return v
         raise Unsupported(f"ctx holds a {type(v).__name__}")
 
-    for v in ctx.attrs.values():
-        visit(v)
+    for name, v in ctx.attrs.items():
+        if name != "non_differentiable":  # outputs named by mark_non_differentiable: not for the backward
+            visit(v)
     return list(saved.values()), ctx
 
 
@@ -270,16 +271,17 @@ def _substitute(v: V, mapping: dict) -> V:
     return v
 
 
-def _trace_backward(f, backward, ctx: ObjV, saved: list[TensorV], outs: list[TensorV], args: list[V]):
+def _trace_backward(f, name: str, backward, ctx: ObjV, saved: list[TensorV], outs: list[TensorV], args: list[V]):
     n_saved = len(saved)
 
     def body(inner: list[TensorV]) -> V:
         mapping = {id(v.node): t for v, t in zip(saved, inner)}
-        bwd_ctx = ObjV(FunctionCtx, {k: _substitute(v, mapping) for k, v in ctx.attrs.items()})
+        bwd_ctx = ObjV(FunctionCtx, {k: _substitute(v, mapping) for k, v in ctx.attrs.items()
+                                     if k != "non_differentiable"})
         return call_function(f, Const(backward), [bwd_ctx, *inner[n_saved:]], {})
 
     with _grad_mode(f, False):
-        bwd = trace_sub(f, "backward", [*saved, *outs], body)
+        bwd = trace_sub(f, name, [*saved, *outs], body)
     grads = list(bwd.result.items) if isinstance(bwd.result, (TupleV, ListV)) else [bwd.result]
     if len(grads) < len(args) or any(not _is_none(g) for g in grads[len(args):]):
         raise Unsupported(f"backward returns {len(grads)} gradients for {len(args)} arguments")
