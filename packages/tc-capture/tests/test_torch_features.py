@@ -478,3 +478,26 @@ def test_torch_func_is_a_clean_break(transform):
     with pytest.raises(tc_capture.GraphBreakError, match="torch.func transform"):
         tc_capture.optimize(tc_capture.interpret_backend, fullgraph=True)(f)(rand(2, 3))
     compare(f, lambda: [rand(2, 3)], fullgraph=False)
+
+
+def test_autograd_function_method_replaced_recompiles():
+    class Fn(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 3
+
+    def f(x):
+        return Fn.apply(x)
+
+    compiled = tc_capture.optimize(tc_capture.interpret_backend, fullgraph=True)(f)
+    x = rand(3, grad=True)
+    compiled(x).sum().backward()
+    assert torch.equal(x.grad, torch.full((3,), 3.0))
+    Fn.backward = staticmethod(lambda ctx, g: g * 5)
+    x.grad = None
+    compiled(x).sum().backward()
+    assert torch.equal(x.grad, torch.full((3,), 5.0))

@@ -147,6 +147,7 @@ def _function_apply(f, fn: Const, args, kwargs) -> V:
 
 
 def _capture_function(f, cls, args: list[V]) -> V:
+    _guard_methods(f, cls)
     if _own(cls, "backward") is None and _own(cls, "vjp") is None:
         raise Unsupported("it defines no backward")
     backward = _own(cls, "backward") or _own(cls, "vjp")
@@ -172,6 +173,20 @@ def _capture_function(f, cls, args: list[V]) -> V:
                                 len(fwd.free), tuple(non_diff), cls.__qualname__,
                                 spec=_spec(fakes[0] if single else tuple(fakes)))
     return wrap_result(f.session, node, fakes[0] if single else tuple(fakes))
+
+
+_METHODS = ("forward", "setup_context", "backward", "vjp")
+
+
+def _guard_methods(f, cls) -> None:
+    """The graph holds what the class's methods did: a method replaced on the class recompiles."""
+    g = f.session.guards
+    found = tuple(_own(cls, name) for name in _METHODS)
+    g.add(None, f"{g.ref(_methods_of)}({g.ref(cls)}) == {g.ref(found)}", f"{cls.__qualname__}'s methods unchanged")
+
+
+def _methods_of(cls) -> tuple:
+    return tuple(_own(cls, name) for name in _METHODS)
 
 
 def _own(cls, name: str):
