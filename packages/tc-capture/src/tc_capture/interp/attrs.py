@@ -73,8 +73,13 @@ def get_attr(f, obj: V, name: str) -> V:
         kind = {ListV: list, TupleV: tuple, DictV: dict}[type(obj)]
         if hasattr(kind, name):
             return BoundV(Const(getattr(kind, name)), obj)
-        if hasattr(getattr(obj, "cls", kind), name):  # a C method of a subclass (OrderedDict.move_to_end)
-            return BoundV(Const(getattr(obj.cls, name)), obj)  # calling one with no rule is a break
+        if hasattr(getattr(obj, "cls", kind), name):
+            found = getattr(obj.cls, name)
+            if isinstance(found, types.MethodDescriptorType):  # a C method of a subclass (move_to_end)
+                return BoundV(Const(found), obj)  # calling one with no rule is a break
+            if not hasattr(type(found), "__get__"):  # a plain class attribute (a namedtuple's _fields)
+                return Const(found)
+            raise Unsupported(f"{obj.cls.__name__}.{name} of a value built while capturing")
         raise AttrMissing(f"{kind.__name__} has no attribute {name!r}")
     if isinstance(obj, FuncV):
         return _func_attr(obj, name)
@@ -272,7 +277,7 @@ def _class_attr(f, obj: V, cls: type, name: str, start_after: type | None = None
     if found and isinstance(getattr(type(desc), "__get__", None), types.FunctionType):
         raise Unsupported(f"attribute {name!r}: a descriptor whose __get__ is Python code ({type(desc).__name__})")
     if found and isinstance(desc, (types.MethodDescriptorType, types.WrapperDescriptorType)) \
-            and not isinstance(obj, Const):
+            and (not isinstance(obj, Const) or start_after is not None and isinstance(obj.value, type)):
         return BoundV(Const(desc), obj)  # a C method of a value built while capturing (super().__init__())
     if found:
         return _bind(desc, obj, cls, name)

@@ -239,8 +239,9 @@ def _name(fn) -> str:
 def _foldable(fn, args, kwargs) -> bool:
     module = getattr(fn, "__module__", None)
     receiver = getattr(fn, "__self__", None)
-    all_const = all(isinstance(a, Const) for a in [*args, *kwargs.values()])
-    if not all_const or _runs_python(fn) or any(_runs_python(a.value) for a in [*args, *kwargs.values()]):
+    all_const = all(isinstance(a, Const) or _plain_container(a) for a in [*args, *kwargs.values()])
+    if not all_const or _runs_python(fn) or any(_runs_python(a.value) for a in [*args, *kwargs.values()]
+                                                if isinstance(a, Const)):
         return False  # folding would run the user's code once, at capture, not on every call
     if isinstance(fn, (types.BuiltinFunctionType, types.MethodWrapperType)) \
             and isinstance(receiver, (str, bytes, tuple, int, float, frozenset, range,
@@ -249,7 +250,16 @@ def _foldable(fn, args, kwargs) -> bool:
     if isinstance(fn, types.BuiltinMethodType) and isinstance(receiver, (dict, list, set, tuple, str)) \
             and fn.__name__ in _READ_METHODS and not isinstance(receiver, torch.nn.Module):
         return True  # a read of a registry-like container held by a global or an object
-    return module in _PURE_MODULES and not any(isinstance(a.value, torch.Tensor) for a in args)
+    return module in _PURE_MODULES and not any(isinstance(getattr(a, "value", None), torch.Tensor) for a in args)
+
+
+def _plain_container(v: V) -> bool:
+    """A list/tuple/set built while capturing, holding only plain constants: passed to a folded
+    call as the real container (``frozenset.union([9])``)."""
+    if not isinstance(v, (ListV, TupleV, SetV)) or isinstance(v, TupleV) and v.cls is not tuple:
+        return False
+    return all(isinstance(x, Const) and type(x.value) in (int, float, str, bool, bytes, type(None)) or _plain_container(x)
+               for x in v.items)
 
 
 def _call_partial(f, fn: Const, args, kwargs) -> V:
@@ -561,7 +571,7 @@ def _run_generator(child) -> IterV:
     """
     child.yields = []
     child.run()
-    return IterV(child.yields)
+    return IterV(child.yields, cls=types.GeneratorType)
 
 
 def _const_v(value) -> V:

@@ -40,7 +40,10 @@ def fold(fn, *args: V) -> Const:
 def binary(f, fn, a: V, b: V) -> V:
     own = _own_dunder(a, fn)
     if own is not None:
-        return call_function(f, Const(own), [a, b], {})
+        out = call_function(f, Const(own), [a, b], {})
+        if isinstance(out, Const) and out.value is NotImplemented:
+            raise Unsupported(f"{type(a).__name__}'s {getattr(fn, '__name__', fn)} returned NotImplemented")
+        return out
     if isinstance(a, TensorV) or isinstance(b, TensorV):
         return record(f.session, fn, (_number(a), _number(b)), {})
     if isinstance(a, Const) and isinstance(b, Const):
@@ -56,10 +59,11 @@ _DUNDERS = {operator.add: "__add__", operator.sub: "__sub__", operator.mul: "__m
 
 
 def _own_dunder(a: V, fn):
-    """A Python-level operator method of a tuple subclass (a ``NamedTuple`` with its own
-    ``__add__``): called like any method instead of the tuple algebra. The in-place forms fall
-    back to the plain one, as Python does."""
-    if not (isinstance(a, TupleV) and a.cls is not tuple):
+    """A Python-level operator method of a tuple or dict subclass (a ``NamedTuple`` with its own
+    ``__add__``, ``Counter``) or of an object built while capturing: called like any method
+    instead of the container algebra. The in-place forms fall back to the plain one, as Python
+    does."""
+    if not (isinstance(a, (TupleV, DictV)) and a.cls not in (tuple, dict) or isinstance(a, ObjV)):
         return None
     for name in (_DUNDERS.get(fn), _DUNDERS.get(_INPLACE_TO_PLAIN.get(fn))):
         method = getattr(a.cls, name, None) if name else None
@@ -94,10 +98,17 @@ def _sequence_op(f, fn, a: V, b: V) -> V:
         return ListV(items) if isinstance(a.value, list) else TupleV(items)
     if fn in (operator.mul, operator.imul) and isinstance(a, (ListV, TupleV)) and isinstance(b, Const):
         return type(a)(list(a.items) * b.value)
-    if fn in (operator.or_, operator.ior) and isinstance(a, DictV) and isinstance(b, DictV):
-        return DictV({**a.items, **b.items})
-    if fn in _SET_OPS and (isinstance(a, SetV) or isinstance(b, SetV)):
-        return _set_op(f, fn, a, b)
+    if fn is operator.ior and isinstance(a, DictV) and isinstance(b, DictV):  # in place: views see it
+        a.items.update(b.items)
+        f.session.note_mutation(a)
+        return a
+    if fn is operator.or_ and isinstance(a, DictV) and isinstance(b, DictV) and type(a) is DictV \
+            and a.cls in (dict, collections.OrderedDict):
+        return DictV({**a.items, **b.items}, cls=a.cls)
+    if fn in _SET_OPS and isinstance(a, ViewV) and a.kind != "values":  # d.keys() & {...}: a new set
+        return _set_op(f, _INPLACE_TO_PLAIN.get(fn, fn), SetV(view_items(a)), b)
+    if fn in _SET_OPS and (isinstance(a, SetV) or isinstance(b, SetV) or isinstance(b, ViewV) and b.kind != "values"):
+        return _set_op(f, fn, a, SetV(view_items(b)) if isinstance(b, ViewV) else b)
     raise Unsupported(f"operator {getattr(fn, '__name__', fn)} on {type(a).__name__} and {type(b).__name__}")
 
 

@@ -22,6 +22,7 @@ import dataclasses
 import dis
 import enum
 import functools
+import operator
 import os
 import sys
 import sysconfig
@@ -213,6 +214,37 @@ for _fn in (dataclasses.dataclass, functools.total_ordering, enum.unique, datacl
     BUILTINS[_fn] = _fold(_fn)
 
 
+# Immutable objects of the standard library made from constants (the callables `operator` makes).
+_FOLDED_CLASSES = {operator.itemgetter, operator.attrgetter, operator.methodcaller}
+
+
+def _of_class(fn):
+    """``dataclasses.is_dataclass(obj)`` / ``fields(obj)`` answer the same for an object and its
+    class: asked of the class of an object built while capturing."""
+    def handler(f, args, kwargs):
+        obj = args[0]
+        target = Const(obj.cls) if isinstance(obj, ObjV) else obj
+        return _fold(fn)(f, [target, *args[1:]], kwargs)
+
+    return handler
+
+
+BUILTINS[dataclasses.is_dataclass] = _of_class(dataclasses.is_dataclass)
+BUILTINS[dataclasses.fields] = _of_class(dataclasses.fields)
+
+
+def _vars(f, args, kwargs) -> V:
+    """``vars(obj)`` of an object built while capturing: its attributes, live (the same dict)."""
+    if len(args) != 1 or not isinstance(args[0], ObjV):
+        raise Unsupported("vars() of a value that is not an object built while capturing")
+    d = DictV({})
+    d.items = args[0].attrs
+    return d
+
+
+BUILTINS[vars] = _vars
+
+
 def call_stdlib_const(f, fn: Const, args, kwargs) -> V | None:
     """The function ``@dataclass(frozen=True)`` returns (``dataclass.<locals>.wrap``), applied to a
     class: folded like ``dataclass`` itself."""
@@ -317,6 +349,8 @@ def _torch_module(f, cls, args, kwargs) -> V:
 
 def construct_special(f, cls: type, args, kwargs) -> V | None:
     """Construction rules before the generic one (``calls.construct``); None when none applies."""
+    if cls in _FOLDED_CLASSES:
+        return _fold(cls)(f, args, kwargs)
     scalar = numpy_scalar(cls, args, kwargs)
     if scalar is not None:
         return scalar

@@ -203,7 +203,13 @@ for _cls in (dict, collections.OrderedDict, collections.defaultdict):
     BUILTINS[_cls.fromkeys] = _fromkeys(_cls)
 BUILTINS[collections.OrderedDict.move_to_end] = _on_dict(_move_to_end)
 BUILTINS[collections.OrderedDict.popitem] = _on_dict(_popitem)
-BUILTINS[dict.popitem] = _on_dict(lambda f, d: _popitem(f, d))
+def _dict_popitem(f, d, **kw):
+    if kw and not issubclass(d.cls, collections.OrderedDict):  # bound as dict.popitem: only OrderedDict's takes last=
+        raise Unsupported("dict.popitem() takes no keyword arguments (TypeError)")
+    return _popitem(f, d, **kw)
+
+
+BUILTINS[dict.popitem] = _on_dict(_dict_popitem)
 BUILTINS[collections.defaultdict.copy] = _on_dict(_copy_default)
 BUILTINS[collections.defaultdict.__copy__] = _on_dict(_copy_default)
 
