@@ -527,3 +527,27 @@ def test_logging_and_warnings_replayed(caplog):
         assert [r.getMessage() for r in caplog.records] == eager_msgs
         assert [str(w.message) for w in w_tc] == [str(w.message) for w in w_eager]
     _log.setLevel(logging.NOTSET)
+
+
+# ---- graph breaks with stdlib models live across them -----------------------------------------------
+def live_across_breaks(x):
+    out = []
+    for a, b in itertools.product([1, 2], [3]):
+        print(x.sum() > 0)  # a break with the product iterator live: drained and rebuilt
+        out.append(x * a * b)
+    d = collections.deque([x], maxlen=2)
+    print(x[0])
+    d.append(x + 1)
+    p = functools.partial(torch.mul, 2.0)
+    print(x[1])
+    return out, d, p(x)
+
+
+def test_models_live_across_breaks_are_rebuilt(capsys):
+    compiled = tc_capture.optimize(interpret_backend)(live_across_breaks)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no eager fallback
+        for _ in range(2):
+            x = torch.randn(3)
+            same(live_across_breaks(x), compiled(x))
+    assert len(tc_capture.capture(live_across_breaks, torch.randn(3)).graphs) >= 4

@@ -22,7 +22,7 @@ from .builtins_ import BUILTINS, CALLABLE_TYPES
 from .pyops import BINARY, COMPARE, UNARY, binary, compare, identity, items_of, realize_const, unary
 from .stdlib_values import Ctx, HostIterV, to_v
 from .truth import truth
-from .variables import Const, ListV, TupleV, V
+from .variables import Const, IterV, ListV, TupleV, V
 
 SV._REALIZE.append(realize_const)
 
@@ -96,13 +96,25 @@ _KW_ROLES = {"initial": "v", "fillvalue": "v", "repeat": "c", "r": "c", "n": "c"
              "start": "c", "step": "c", "times": "c", "strict": "c"}
 
 
-def _hand_over(f, ctx: Ctx, role: str, v: V):
+_INFINITE = {itertools.count, itertools.cycle}
+
+
+def _pure_source(v: V, it: V) -> bool:
+    """Items known and private to the adapter: a fresh iterator over a known sequence, or a pure
+    itertools iterator (draining it at a break runs nothing and moves no iterator of the user's)."""
+    return isinstance(it, IterV) and it is not v or isinstance(v, HostIterV) and v.pure
+
+
+def _hand_over(f, ctx: Ctx, role: str, v: V, pure: list):
     if role == "c":
         return realize_const(v)
     if role == "v":
         return v
     if role.startswith("it"):
-        return HostIter(ctx, iterate(f, v), role[3:] or "v")
+        it = iterate(f, v)
+        pure[0] = pure[0] and _pure_source(v, it) and role != "it:iter"
+        return HostIter(ctx, it, role[3:] or "v")
+    pure[0] = False
     if isinstance(v, Const) and v.value is None:
         return None if role == "key" else HostFn(ctx, None, role)
     return HostFn(ctx, v, role)
@@ -112,12 +124,14 @@ def _run_real(fn):
     roles = _ROLES[fn]
 
     def handler(f, args, kwargs):
-        ctx = Ctx(f)
+        ctx, pure = Ctx(f), [fn not in _INFINITE]
         real_args = []
         for i, a in enumerate(args):
             role = roles[i] if i < len(roles) and roles[i] != "*" else roles[-2 if roles[-1] == "*" else -1]
-            real_args.append(_hand_over(f, ctx, role, a))
-        real_kwargs = {k: _hand_over(f, ctx, _KW_ROLES.get(k, "c"), v) for k, v in kwargs.items()}
+            real_args.append(_hand_over(f, ctx, role, a, pure))
+        real_kwargs = {k: _hand_over(f, ctx, _KW_ROLES.get(k, "c"), v, pure) for k, v in kwargs.items()}
+        if fn is itertools.repeat and len(args) < 2 and "times" not in kwargs:
+            pure[0] = False  # endless
         if fn is itertools.accumulate and (len(real_args) < 2 or real_args[1] is None) and "func" not in real_kwargs:
             real_args[1:2] = [HostFn(ctx, Const(operator.add), "fn")]  # the default `+`, through the interpreter
         if fn in (itertools.filterfalse, itertools.dropwhile, itertools.takewhile) and real_args[0] is None:
@@ -136,7 +150,7 @@ def _run_real(fn):
         if type(out) is list:
             return ListV([to_v(x, ctx) for x in out])
         if hasattr(out, "__next__"):
-            return HostIterV(out, ctx)
+            return HostIterV(out, ctx, pure[0] and fn is not itertools.groupby)
         return to_v(out, ctx)
 
     return handler

@@ -54,13 +54,15 @@ _REALIZE: list = []
 class HostIterV(V):
     """An iterator made by a real standard-library callable over host adapters (``itertools``).
     Pulling it runs the real iterator one step, with the adapters calling into the pulling frame.
-    It cannot be rebuilt after a graph break (the real iterator's state lives in the capture)."""
+    Live at a graph break, a *finite* one over fresh sequences of known items and no function of
+    the user's (``pure``) is drained and rebuilt as a resumable iterator over what is left (its
+    ``type()`` is then tc's iterator); any other cannot be rebuilt."""
 
-    __slots__ = ("it", "ctx")
+    __slots__ = ("it", "ctx", "pure")
 
-    def __init__(self, it, ctx: Ctx):
+    def __init__(self, it, ctx: Ctx, pure: bool = False):
         super().__init__(None)
-        self.it, self.ctx = it, ctx
+        self.it, self.ctx, self.pure = it, ctx, pure
 
     def pull(self, f) -> V | None:
         self.ctx.f = f
@@ -76,7 +78,11 @@ class HostIterV(V):
         return True
 
     def rebuild(self, rb) -> str:
-        raise Unsupported(f"an {type(self.it).__name__} iterator live at a graph break")
+        if not self.pure:
+            raise Unsupported(f"an {type(self.it).__name__} iterator live at a graph break")
+        rest = [to_v(x, self.ctx) for x in self.it]  # pure: pulling runs nothing of the user's
+        items = ", ".join(rb.expr(x) for x in rest)
+        return rb._bind(self, f"_ResumeIter([{items}], 0)")
 
 
 class PartialV(V):
