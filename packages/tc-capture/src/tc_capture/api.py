@@ -139,6 +139,10 @@ def optimize(backend: Callable, *, fullgraph: bool = False, dynamic: bool | None
     ``backend(graph, example_inputs)`` returns a callable that takes the graph's inputs
     positionally and returns what ``tc_ir.interpret(graph, inputs)`` would.
 
+    ``dynamic``: ``None`` (static first; a dim whose size changes becomes a symbol at the
+    recompile), ``True`` (every dim of frame inputs symbolic where the program allows), ``False``
+    (never); see the README's *Dynamic shapes*.
+
     >>> import torch, tc_ir, tc_capture
     >>> be = lambda g, ex: (lambda *xs: tc_ir.interpret(g, xs))
     >>> f = tc_capture.optimize(be)(lambda x: torch.relu(x) + 1)
