@@ -189,3 +189,17 @@ def test_sizes_zero_and_one_are_specialised():
     with torch.no_grad():
         x = torch.randn(2, 0, 32)
         torch.testing.assert_close(cm(x), m(x))
+
+
+def test_explain_lists_symbolic_sizes_and_their_guards():
+    def f(x):
+        T = x.shape[1]
+        return (x * 2)[:, : T // 2] if T > 4 else x
+
+    x = torch.randn(2, 8)
+    tc.mark_dynamic(x, 1, max=64)
+    text = str(tc.explain(f, x))
+    assert "symbolic sizes: s0 = x.shape[1]" in text, text
+    for guard in ["x: Tensor float32[2, s0] stride=(s0, 1) cpu", "x.shape[1] >= 2 (s0: sizes 0 and 1 are specialised)",
+                  "x.shape[1] <= 64 (s0: mark_dynamic bounds)", "x.shape[1] > 4 (s0 > 4)"]:
+        assert guard in text, text

@@ -29,6 +29,7 @@ class ExplainReport:
     break_reasons: list[Break]
     ops_per_graph: list[list[str]]
     guards: list[str]
+    symbols: dict = attrs.field(factory=dict)  # size symbol -> the input dim it stands for (mark_dynamic)
 
     @property
     def graph_count(self) -> int:
@@ -46,6 +47,8 @@ class ExplainReport:
         if self.break_reasons:
             lines.append("graph breaks:")
             lines += [f"  {i + 1}. {b}" for i, b in enumerate(self.break_reasons)]
+        if self.symbols:
+            lines.append("symbolic sizes: " + ", ".join(f"{s} = {where}" for s, where in self.symbols.items()))
         lines.append(f"guards ({len(self.guards)}):")
         lines += [f"  {g}" for g in self.guards[:12]]
         if len(self.guards) > 12:
@@ -58,4 +61,4 @@ def explain(fn: Callable, *args: Any, **kwargs: Any) -> ExplainReport:
     result = tc_capture.capture(fn, *args, **kwargs)
     breaks = [Break(str(b.reason), str(b.filename), int(b.lineno)) for b in result.breaks]
     ops = [[tc_ir.target_name(n.target).lstrip(".") for n in g.calls] for g in result.graphs]
-    return ExplainReport(list(result.graphs), breaks, ops, [str(g) for g in result.guards])
+    return ExplainReport(list(result.graphs), breaks, ops, [str(g) for g in result.guards], dict(result.symbols))

@@ -359,7 +359,9 @@ def _add_guards(sizes: Sizes, guards) -> None:
     for sym, lo, hi in sizes.ranges:
         cond = " and ".join(([f"{sym.read} >= {lo}"] if lo is not None else []) +
                             ([f"{sym.read} <= {hi}"] if hi is not None else []))
-        guards.add(sym.source, cond, f"{sym.where} in [{lo}, {hi}] ({sym.ours}, mark_dynamic)", sym.read)
+        text = " and ".join(([f"{sym.where} >= {lo}"] if lo is not None else []) +
+                            ([f"{sym.where} <= {hi}"] if hi is not None else []))
+        guards.add(sym.source, cond, f"{text} ({sym.ours}: mark_dynamic bounds)", sym.read)
     for relation in sizes.relations():
         involved = [sizes.syms[s] for s in sorted(relation.free_symbols, key=str) if s in sizes.syms]
         try:
