@@ -1,13 +1,13 @@
-"""``functools`` (partial, wraps/update_wrapper, lru_cache-wrapped functions), ``print`` and
-``logging`` as effects replayed after the graph, and NumPy scalars as constants.
+"""``functools`` (partial, wraps/update_wrapper, lru_cache-wrapped functions), ``logging`` as
+effects replayed after the graph, and NumPy scalars as constants.
 
-**Effects replayed after the graph.** ``print(...)`` of Python values and ``logger.info(...)``
-(any level) are recorded like ``warnings.warn``: the graph runs, then the region's side effects
-run in order, these among them, on every call. Their text is computed at capture time from
-constants (``print`` of a list later mutated prints what eager printed), so anything whose
-``str`` could run user code, and tensors (their values would be read after the graph, not when
-printed), stay a graph break. A disabled logger's call is nothing, guarded on
-``logger.isEnabledFor(level)``. torch.compile raises on all of these under ``fullgraph=True``.
+**Logging replayed after the graph.** ``logger.info(...)`` (any level) is recorded like
+``warnings.warn``: the graph runs, then the region's side effects run in order, this among them,
+on every call. Its arguments must be constants whose ``str`` runs no user code (tensors would be
+read after the graph, not when logged): others stay a graph break. A disabled logger's call is
+nothing, guarded on ``logger.isEnabledFor(level)``. ``print`` stays a graph break (the only one
+it causes), as under torch.compile, which raises on print, logging and ``warnings.warn`` under
+``fullgraph=True``.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ BUILTINS[functools.update_wrapper] = _update_wrapper
 CALLABLE_TYPES[functools._lru_cache_wrapper] = _lru_call
 
 
-# ---- print and logging: effects replayed after the graph ---------------------------------------------
+# ---- logging: effects replayed after the graph ---------------------------------------------
 def _text(f, v: V, what: str) -> str:
     try:
         value = realize_const(v)
@@ -121,17 +121,6 @@ def _printable(value) -> bool:
     if type(value) is dict:
         return all(_printable(k) and _printable(x) for k, x in value.items())
     return _plain(value)
-
-
-def _print(f, args, kwargs) -> V:
-    if set(kwargs) - {"sep", "end", "flush"} or any(not isinstance(kwargs[k], Const) for k in kwargs):
-        raise Unsupported("print() to a file, or with computed sep/end")
-    sep = kwargs["sep"].value if "sep" in kwargs and kwargs["sep"].value is not None else " "
-    end = kwargs["end"].value if "end" in kwargs and kwargs["end"].value is not None else "\n"
-    text = sep.join(_text(f, a, "print()") for a in args) + end
-    flush = {"flush": kwargs["flush"]} if "flush" in kwargs else {}
-    f.session.side_effects.append(("call", Const(print), [Const(text)], {"end": Const(""), **flush}))
-    return Const(None)
 
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "warn": logging.WARNING,
@@ -179,7 +168,6 @@ def _module_log(name: str):
     return lambda f, args, kwargs: method(f, [Const(logging.getLogger()), *args], kwargs)
 
 
-BUILTINS[print] = _print
 BUILTINS[logging.getLogger] = _get_logger
 for _name in (*_LEVELS, "log"):
     if hasattr(logging.Logger, _name):
