@@ -305,14 +305,24 @@ def _own_memory(result: Any, *inputs: Any) -> Any:
     ``self``), and views that lowering declined run as extern calls: the memory plan counts every
     extern result as a new buffer, so a shared one would be overwritten when its source's buffer
     is reused. A copy only when the storages are shared."""
+    shared = {t.untyped_storage().data_ptr() for t in _tensors(inputs)}
     if isinstance(result, (tuple, list)):
-        return type(result)(_own_memory(r, *inputs) for r in result)
-    if not isinstance(result, torch.Tensor) or result.numel() == 0:
-        return result
-    ptr = result.untyped_storage().data_ptr()
-    if any(isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() == ptr for t in inputs):
-        return result.clone()
-    return result
+        return type(result)(_unshared(r, shared) for r in result)
+    return _unshared(result, shared)
+
+
+def _tensors(values: tuple) -> Any:
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            yield v
+        elif isinstance(v, (tuple, list)):
+            yield from (t for t in v if isinstance(t, torch.Tensor))
+
+
+def _unshared(t: Any, shared: set) -> Any:
+    if isinstance(t, torch.Tensor) and t.numel() and t.untyped_storage().data_ptr() in shared:
+        return t.clone()
+    return t
 
 
 def _layout(t: Any, shape: tuple, stride: tuple, want: str | None = None) -> Any:

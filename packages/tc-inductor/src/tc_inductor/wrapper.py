@@ -231,7 +231,7 @@ def _extern(step: ExternCall, layouts: dict, extern_names: dict) -> list[str]:
     call = f"{extern_names[step.name]}({', '.join(p for p in (args, kwargs) if p)})"
     lines = [f"{step.name} = {call}  # {step.reason}"]
     sources = [v.name for v in tc_ir.leaves((step.args, step.kwargs)) if isinstance(v, (BufferValue, RuntimeValue))]
-    if sources and step.target not in EXTERN_PREFERRED:  # vendor kernels (mm, conv...) always allocate
+    if sources and not _allocates(step.target):
         lines.append(f"{step.name} = _own_memory({step.name}, {', '.join(dict.fromkeys(sources))})")
     if isinstance(step.outputs, BufferValue):
         lines += _checked_layout(step.name, step.name, step.outputs)
@@ -242,6 +242,15 @@ def _extern(step: ExternCall, layouts: dict, extern_names: dict) -> list[str]:
             else:
                 lines.append(f"{out.name} = {step.name}[{i}]")
     return lines
+
+
+def _allocates(target: Any) -> bool:
+    """Extern targets known to return new memory: vendor kernels (mm, conv, attention) and the
+    functional ``_foreach_*`` ops (a list result per call: checking it would cost per tensor)."""
+    if target in EXTERN_PREFERRED:
+        return True
+    name = getattr(target, "__name__", "")
+    return name.startswith("_foreach_") and not tc_ir.is_mutating(target)
 
 
 def _checked_layout(name: str, value: str, out: BufferValue) -> list[str]:
