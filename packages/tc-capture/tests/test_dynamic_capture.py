@@ -254,3 +254,31 @@ def test_softmax_over_a_symbolic_row_and_a_reshape_with_minus_one():
         tree_close(cm(x), f(x))
     assert len(be.graphs) == 1
     assert any(isinstance(d, sympy.Expr) for n in be.graphs[0].calls if n.target == "reshape" for d in n.args[1:])
+
+
+SIZE_PROGRAMS = {  # Python on a symbolic size: stays symbolic, or is specialised, never wrong
+    "dict key": lambda x: ({x.shape[0]: 1}, x + 1),
+    "in tuple": lambda x: (x.shape[0] in (4, 5), x * 2),
+    "list times": lambda x: ([0] * x.shape[0], x + 0),
+    "true div": lambda x: x * (x.shape[0] / 2),
+    "full": lambda x: torch.full((x.shape[0],), x.shape[0] / 2) + x,
+    "divmod": lambda x: (divmod(x.shape[0], 3), x + 0),
+    "unpack": lambda x: torch.zeros(*x.shape, 2),
+    "negative slice": lambda x: x[-x.shape[0] // 2:],
+    "arange step": lambda x: torch.arange(0, x.shape[0], 2),
+    "split": lambda x: x.split(x.shape[0] // 2),
+    "pad to 8": lambda x: F.pad(x, (0, 8 - x.shape[0] % 8)),
+    "repeat": lambda x: x.repeat(x.shape[0]),
+    "format spec": lambda x: (f"{x.shape[0]:03d}", x + 0),
+    "isinstance": lambda x: (isinstance(x.shape[0], int), type(x.shape[0]) is int, x + 0),
+    "round": lambda x: (round(x.shape[0] / 3), x + 0),
+}
+
+
+@pytest.mark.parametrize("name", list(SIZE_PROGRAMS))
+def test_python_on_sizes_matches_eager_at_every_size(name):
+    fn = SIZE_PROGRAMS[name]
+    cm, be = compiled(fn, True)
+    for n in [4, 5, 6, 8, 9]:
+        x = torch.randn(n)
+        tree_close(cm(x), fn(x))

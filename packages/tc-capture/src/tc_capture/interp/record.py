@@ -11,7 +11,7 @@ import tc_ir
 
 from .base import Unsupported
 from .session import Session
-from .symbols import SYM_TYPES
+from .symbols import SYM_TYPES, concrete, is_symbolic
 from .variables import Const, DictV, ListV, TensorV, TupleV, V
 
 # SymInt/SymFloat/SymBool: sizes (and numbers computed from them) of tensors with symbolic dims;
@@ -64,7 +64,16 @@ def record(session: Session, target: Any, args: tuple, kwargs: dict) -> V:
     """Add ``target(*args, **kwargs)`` to the graph; returns the value standing for its result."""
     node_args, node_kwargs = tuple(to_node(a) for a in args), {k: to_node(a) for k, a in kwargs.items()}
     fake_args, fake_kwargs = tuple(to_fake(a) for a in args), {k: to_fake(a) for k, a in kwargs.items()}
-    result = run_fake(session, target, fake_args, fake_kwargs)
+    try:
+        result = run_fake(session, target, fake_args, fake_kwargs)
+    except Unsupported:
+        if not is_symbolic((fake_args, tuple(fake_kwargs.values()))):
+            raise
+        # An op whose kernel needs plain ints (``F.pad`` by ``8 - T % 8``): its size arguments
+        # are specialised (guarded equal to their values) and it runs again.
+        node_args, node_kwargs = concrete(node_args), {k: concrete(a) for k, a in node_kwargs.items()}
+        fake_args, fake_kwargs = concrete(fake_args), {k: concrete(a) for k, a in fake_kwargs.items()}
+        result = run_fake(session, target, fake_args, fake_kwargs)
     if result is None:  # in-place work such as setitem: keep the node for its effect
         session.graph.call(target, *node_args, kwargs=node_kwargs, spec=None)
         return Const(None)

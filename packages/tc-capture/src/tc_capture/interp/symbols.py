@@ -208,7 +208,7 @@ def concrete(value: Any) -> Any:
         return bool(value)
     if isinstance(value, torch.Size):
         return torch.Size(concrete(d) for d in value) if any(isinstance(d, SYM_TYPES) for d in value) else value
-    if type(value) in (tuple, list) and any(isinstance(d, SYM_TYPES) or type(d) in (tuple, list) for d in value):
+    if type(value) in (tuple, list) and is_symbolic(value):
         return type(value)(concrete(d) for d in value)
     if type(value) is slice:
         return slice(concrete(value.start), concrete(value.stop), concrete(value.step))
