@@ -70,6 +70,8 @@ def _refuse_in_place(sub: tc_ir.Graph, name: str) -> None:
             raise Unsupported(f"{name} writes to a tensor in place ({target})")
         if "out" in node.kwargs:
             raise Unsupported(f"{name} writes to a tensor in place (out=)")
+        if target == "setitem" and node.args and getattr(node.args[0], "op", None) == "input":
+            raise Unsupported(f"{name} writes to one of its inputs (setitem)")
 
 
 def _move_new_inputs(session, sub: tc_ir.Graph, outer: tc_ir.Graph, first: int) -> list:

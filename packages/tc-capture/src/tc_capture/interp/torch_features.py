@@ -45,7 +45,8 @@ def rule(value):
         return _checkpoint
     if getattr(value, "_torchdynamo_disable", False) is True and not _optim_internal(value):
         return _disabled
-    if (getattr(value, "__module__", None) or "").startswith(("torch.func", "torch._functorch")):
+    module = getattr(value, "__module__", None)
+    if isinstance(module, str) and module.startswith(("torch.func", "torch._functorch")):
         return _func_transform
     if _allowed_in_graph(value):
         return _in_graph
