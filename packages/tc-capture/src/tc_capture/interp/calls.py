@@ -103,72 +103,150 @@ def call_function(f, fn: V, args: list[V], kwargs: dict[str, V]) -> V:
 
 
 def _call_const(f, fn: Const, args, kwargs) -> V:
+    for rule in CONST_CALL_RULES:
+        out = rule(f, fn, args, kwargs)
+        if out is not PASS:
+            return out
+    raise Unsupported(f"call to {_name(fn.value)} is not supported")
+
+
+# ---- the call rules for a callee known at capture time, tried in order (CONST_CALL_RULES) --------
+# Each rule returns what the call gives, or PASS when the callee is not its kind.
+PASS = object()
+
+
+def _builtin(f, fn, args, kwargs):
+    handler = BUILTINS.get(fn.value) if _hashable(fn.value) else None
+    return PASS if handler is None else handler(f, args, kwargs)
+
+
+def _by_type(f, fn, args, kwargs):
+    rule = CALLABLE_TYPES.get(type(fn.value))
+    return PASS if rule is None else rule(f, fn, args, kwargs)
+
+
+def _context_manager(f, fn, args, kwargs):
     value = fn.value
-    handler = BUILTINS.get(value) if _hashable(value) else None
-    if handler is not None:
-        return handler(f, args, kwargs)
-    by_type = CALLABLE_TYPES.get(type(value))
-    if by_type is not None:
-        return by_type(f, fn, args, kwargs)
-    if _hashable(value) and value in CONTEXT_CLASSES:
-        return make_context(f, value, args, kwargs)
-    if value is tc_ir.ops.cond or value is _TORCH_COND:
-        return capture_cond(f, args, kwargs)
-    if isinstance(value, torch.nn.Module):
-        return call_module(f, fn, args, kwargs)
-    if _is_dynamo_marker(value):
-        return Const(None)
-    if isinstance(value, weakref.ReferenceType) and fn.source is not None and not args and not kwargs:
+    return make_context(f, value, args, kwargs) if _hashable(value) and value in CONTEXT_CLASSES else PASS
+
+
+def _cond(f, fn, args, kwargs):
+    return capture_cond(f, args, kwargs) if fn.value is tc_ir.ops.cond or fn.value is _TORCH_COND else PASS
+
+
+def _module(f, fn, args, kwargs):
+    return call_module(f, fn, args, kwargs) if isinstance(fn.value, torch.nn.Module) else PASS
+
+
+def _dynamo_marker(f, fn, args, kwargs):
+    return Const(None) if _is_dynamo_marker(fn.value) else PASS
+
+
+def _weak_reference(f, fn, args, kwargs):
+    if isinstance(fn.value, weakref.ReferenceType) and fn.source is not None and not args and not kwargs:
         return _deref(f, fn)
+    return PASS
+
+
+def _function_get(f, fn, args, kwargs):
+    value = fn.value
     if isinstance(value, types.MethodWrapperType) and value.__name__ == "__get__" \
             and isinstance(value.__self__, types.FunctionType) and args:
         return BoundV(Const(value.__self__), args[0])  # func.__get__(obj, cls): a bound method
-    if _hashable(value) and value in _TORCH_CONSTANTS:
-        return Const(_TORCH_CONSTANTS[value])
+    return PASS
+
+
+def _torch_constant(f, fn, args, kwargs):
+    return Const(_TORCH_CONSTANTS[fn.value]) if _hashable(fn.value) and fn.value in _TORCH_CONSTANTS else PASS
+
+
+def _state_query(f, fn, args, kwargs):
+    value = fn.value
     if queries.is_query(value):
         answered = queries.answer(f, value, args, kwargs)
         if answered is not None:
             return answered
     if queries.dispatch_stack_query(value) and not args and not kwargs:
         return queries.empty_dispatch_stack(f)
-    if value is torch._C._log_api_usage_once and all(isinstance(a, Const) for a in args):
-        value(*[a.value for a in args])  # usage logging, no effect on values: done at capture, not in graphs
+    return PASS
+
+
+def _usage_log(f, fn, args, kwargs):
+    if fn.value is torch._C._log_api_usage_once and all(isinstance(a, Const) for a in args):
+        fn.value(*[a.value for a in args])  # usage logging, no effect on values: done at capture, not in graphs
         return Const(None)
-    if isinstance(value, (torch._ops.OpOverloadPacket, torch._library.custom_ops.CustomOpDef)):
-        return torch_call(f, _overload(value, args, kwargs), args, kwargs)
-    feature = torch_features.rule(value)  # autograd.Function, checkpoint, disable, allow_in_graph, torch.func
-    if feature is not None:
-        return feature(f, fn, args, kwargs)
-    if is_torch_callable(value):
-        return torch_call(f, value, args, kwargs)
-    if isinstance(value, types.FunctionType) and (folded := call_stdlib_const(f, fn, args, kwargs)) is not None:
+    return PASS
+
+
+def _op_packet(f, fn, args, kwargs):
+    if isinstance(fn.value, (torch._ops.OpOverloadPacket, torch._library.custom_ops.CustomOpDef)):
+        return torch_call(f, _overload(fn.value, args, kwargs), args, kwargs)
+    return PASS
+
+
+def _torch_feature(f, fn, args, kwargs):
+    feature = torch_features.rule(fn.value)  # autograd.Function, checkpoint, disable, allow_in_graph, torch.func
+    return PASS if feature is None else feature(f, fn, args, kwargs)
+
+
+def _torch_function(f, fn, args, kwargs):
+    return torch_call(f, fn.value, args, kwargs) if is_torch_callable(fn.value) else PASS
+
+
+def _python_function(f, fn, args, kwargs):
+    value = fn.value
+    if not isinstance(value, types.FunctionType):
+        return PASS
+    folded = call_stdlib_const(f, fn, args, kwargs)
+    if folded is not None:
         return folded
-    if isinstance(value, types.FunctionType):
-        inner = _dynamo_disabled_optim(value)
-        if inner is not None:
-            return inline(f, inner, args, kwargs)
-        return inline(f, value, args, kwargs, fn.source)
+    inner = _dynamo_disabled_optim(value)
+    if inner is not None:
+        return inline(f, inner, args, kwargs)
+    return inline(f, value, args, kwargs, fn.source)
+
+
+def _bound_method(f, fn, args, kwargs):
+    value = fn.value
     if isinstance(value, types.MethodType):
         return call_function(f, BoundV(Const(value.__func__), Const(value.__self__)), args, kwargs)
-    if type(value) is functools.partial:
-        return _call_partial(f, fn, args, kwargs)
-    if isinstance(value, type):
-        return construct(f, value, args, kwargs)
-    if _foldable(value, args, kwargs):
-        real_args = [realize_const(a) for a in args]
-        try:
-            out = value(*real_args, **{k: realize_const(v) for k, v in kwargs.items()})
-        except Exception as e:
-            raise Unsupported(f"{_name(value)} raised {type(e).__name__}: {e}") from e
-        if _container_read(value):
-            _guard_read(f, fn, real_args, kwargs, out)
-            if getattr(value, "__name__", None) in ("get", "__getitem__"):
-                return Const(out)  # an element held by the container: its identity matters
-        return _fresh(out)
-    if callable(value) and type(value).__call__ is not None and isinstance(type(value).__dict__.get("__call__"),
-                                                                              types.FunctionType):
-        return call_function(f, BoundV(Const(type(value).__call__), fn), args, kwargs)
-    raise Unsupported(f"call to {_name(value)} is not supported")
+    return PASS
+
+
+def _partial(f, fn, args, kwargs):
+    return _call_partial(f, fn, args, kwargs) if type(fn.value) is functools.partial else PASS
+
+
+def _class(f, fn, args, kwargs):
+    return construct(f, fn.value, args, kwargs) if isinstance(fn.value, type) else PASS
+
+
+def _fold(f, fn, args, kwargs):
+    value = fn.value
+    if not _foldable(value, args, kwargs):
+        return PASS
+    real_args = [realize_const(a) for a in args]
+    try:
+        out = value(*real_args, **{k: realize_const(v) for k, v in kwargs.items()})
+    except Exception as e:
+        raise Unsupported(f"{_name(value)} raised {type(e).__name__}: {e}") from e
+    if _container_read(value):
+        _guard_read(f, fn, real_args, kwargs, out)
+        if getattr(value, "__name__", None) in ("get", "__getitem__"):
+            return Const(out)  # an element held by the container: its identity matters
+    return _fresh(out)
+
+
+def _callable_object(f, fn, args, kwargs):
+    call = type(fn.value).__dict__.get("__call__") if callable(fn.value) else None
+    if isinstance(call, types.FunctionType) and type(fn.value).__call__ is not None:
+        return call_function(f, BoundV(Const(type(fn.value).__call__), fn), args, kwargs)
+    return PASS
+
+
+CONST_CALL_RULES = (_builtin, _by_type, _context_manager, _cond, _module, _dynamo_marker, _weak_reference,
+                    _function_get, _torch_constant, _state_query, _usage_log, _op_packet, _torch_feature,
+                    _torch_function, _python_function, _bound_method, _partial, _class, _fold, _callable_object)
 
 
 _ENVIRON_READS = {"get", "__getitem__", "__contains__"}
