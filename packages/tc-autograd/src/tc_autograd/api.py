@@ -117,6 +117,7 @@ class Compiled:
             # Saved activations are no output the user sees: the forward's compiler may lay them
             # out as it likes (channels-last around convolutions) and says how in output_strides.
             forward.meta["free_outputs"] = tuple(range(len(traced.differentiable), len(traced.differentiable) + len(saved)))
+            forward.meta["inplace_outputs"] = inplace_outputs(traced, key)
             fw = options["fw_compiler"](forward, list(inputs))
             bw_examples = [example_of(n.spec, hints) for n in backward.inputs]
             bw_examples[:len(saved)] = _as_laid_out(bw_examples[:len(saved)], fw, len(traced.differentiable))
@@ -126,6 +127,7 @@ class Compiled:
             self.runner: Any = TrainingRunner(traced, fw, bw, num_saved, key, reader)
         else:
             _show("inference", traced.graph)
+            traced.graph.meta["inplace_outputs"] = inplace_outputs(traced, key)
             self.runner = InferenceRunner(traced, options["fw_compiler"](traced.graph, list(inputs)))
 
     def joint_graph(self) -> tc_ir.Graph | None:
@@ -133,6 +135,15 @@ class Compiled:
         if isinstance(self._joint, str):
             self._joint = tc_ir.parse(self._joint)
         return self._joint
+
+
+def inplace_outputs(traced: Traced, key: Any) -> dict[int, int]:
+    """{output position: input position} for the outputs that are new values of mutated inputs:
+    the compiler may write them into the input's memory (the runtime then skips their copy-back).
+    Inputs that require grad in this variant are left out: their copy-back records autograd history."""
+    grads = key if isinstance(key, tuple) else ()
+    return {traced.num_user_outputs + k: i for k, i in enumerate(traced.mutated_inputs)
+            if not (i < len(grads) and grads[i])}
 
 
 def _trace(graph: tc_ir.Graph, inputs: Sequence[Any], key: Any, options: dict) -> tuple[Traced, dict, int]:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from torch.autograd.graph import increment_version
 
 from .functionalize import storage_groups
 from .joint import OutputLeaf, Traced
@@ -32,13 +33,34 @@ def no_ambient_autocast() -> contextlib.AbstractContextManager:
 
 
 def copy_back(inputs: Sequence[Any], positions: list[int], values: Sequence[torch.Tensor]) -> None:
+    """Copy each new value into its mutated input; a value the compiled graph already wrote into
+    the input's memory (same storage and layout) is not copied, only the input's version counter
+    is bumped, as ``copy_`` would have (autograd then refuses a stale saved tensor as in eager)."""
+    written = []
     for i, value in zip(positions, values):
         target = inputs[i]
         grad = torch.is_grad_enabled() and (value.requires_grad or target.requires_grad)
+        if not grad and (value is target or same_memory(value, target)):
+            written.append(target)
+            continue
         if 0 in target.stride():
             target, value = distinct_memory(target, value)
+        elif grad and same_memory(value, target):
+            value = value.clone()  # the history must come from the value, not from the target itself
         with torch.set_grad_enabled(grad):
             target.copy_(value)
+    if written:
+        increment_version(written)
+    COUNTERS["skipped_copies"] += len(written)
+
+
+COUNTERS = {"skipped_copies": 0}  # copy-backs skipped because the graph wrote in place (tests read it)
+
+
+def same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` and ``b`` are the same elements of the same memory (a zero-size tensor never is)."""
+    return (a.data_ptr() == b.data_ptr() and a.stride() == b.stride() and a.shape == b.shape
+            and a.dtype == b.dtype and a.device == b.device and a.numel() > 0)
 
 
 def distinct_memory(target: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -19,14 +19,14 @@ import torch
 
 import tc_ir
 
-from . import kir
+from . import inplace, kir
 from .codegen import choose_backend, triton_mm
 from .codegen.build import COUNTERS, cache_dir, verified_read, verified_write
 from .config import VERSION, Options
 from .graph_lowering import GraphLowering, LoweredGraph
 from .ir import BufferValue, ComputedBuffer, ExternCall
 from .rewrites import rewrite
-from .scheduler import Group, Schedule, build_kernel, schedule
+from .scheduler import Group, Schedule, build_kernel, reads_of, schedule
 from .wrapper import KernelCall, _layouts, generate, wrapper_devices, wrapper_globals
 
 perf = tc_ir.logs.get_logger("perf_hints")
@@ -88,6 +88,8 @@ def compile(graph: tc_ir.Graph, example_inputs: list, options: dict | Options | 
     opts = options if isinstance(options, Options) else Options.from_dict(options)
     if graph.meta.get("free_outputs") and not opts.free_outputs:  # set by tc_autograd: saved activations
         opts = attrs.evolve(opts, free_outputs=graph.meta["free_outputs"])
+    if graph.meta.get("inplace_outputs") and not opts.inplace_outputs:  # set by tc_autograd: mutated inputs
+        opts = attrs.evolve(opts, inplace_outputs=graph.meta["inplace_outputs"])
     timer = _Timer()
     key = _cache_key(graph, example_inputs, opts)
     record = _cache_get(key, opts) if key and opts.cache else None
@@ -172,9 +174,12 @@ def _generate(lowered: LoweredGraph, sched: Schedule, opts: Options, graph: tc_i
         stats["bytes_written"] += sum(_nbytes(lowered, n) for n, _ in kernel.outputs)
         tc_ir.logs.dump("kernel", name, kir.format_kernel(kernel, name) + "\n\n" + source)
     extern_names = {s.name: f"ext_{s.name}" for s in sched.steps if isinstance(s, ExternCall)}
-    targets = {extern_names[s.name]: s.out_variant or s.target for s in sched.steps if isinstance(s, ExternCall)}
+    writes = inplace.plan(lowered, sched.steps, _layouts(lowered), dict(opts.inplace_outputs), reads_of)
+    targets = {extern_names[s.name]: writes.externs[s.name][0] if s.name in writes.externs else s.out_variant or s.target
+               for s in sched.steps if isinstance(s, ExternCall)}
+    stats["inplace_outputs"] = len(writes.buffers) + sum(len(m) for _, m in writes.externs.values())
     start = time.perf_counter()
-    source = generate(lowered, sched, calls, extern_names, frozenset(opts.guarded_inputs))
+    source = generate(lowered, sched, calls, extern_names, frozenset(opts.guarded_inputs), writes)
     timer.times["wrapper"] = time.perf_counter() - start  # reported apart from kernel codegen
     timer.times["codegen"] = timer.times.get("codegen", 0.0) - timer.times["wrapper"]
     tc_ir.logs.dump("wrapper", graph.name, source)

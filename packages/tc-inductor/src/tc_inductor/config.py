@@ -39,6 +39,10 @@ class Options:
       to be the example inputs' (as tc_capture's guards do for the tensors they see): the
       wrapper does not check them again (~0.2 µs an input). Inputs not named here that arrive
       in another layout are copied into the compiled one.
+    inplace_outputs: {output position: input position} (a dict, or pairs): outputs that are the
+      new value of a mutated input, which the caller would copy back into it. Where safe
+      (inplace.py), the output is written directly into the input's memory and returned as that
+      input; elsewhere it is allocated as usual. Set by tc_autograd (``graph.meta``).
     """
 
     backend: str = "auto"
@@ -52,6 +56,8 @@ class Options:
     conv_layout: str = attrs.field(default="auto", validator=attrs.validators.in_(("auto", "never", "always")))
     free_outputs: tuple = attrs.field(default=(), converter=lambda v: tuple(sorted({int(i) for i in v})))
     guarded_inputs: tuple = attrs.field(default=(), converter=lambda v: tuple(sorted({int(i) for i in v})))
+    inplace_outputs: tuple = attrs.field(default=(), converter=lambda v: tuple(sorted(
+        (int(k), int(i)) for k, i in (v.items() if isinstance(v, dict) else v))))
 
     @classmethod
     def from_dict(cls, options: dict | None) -> Options:

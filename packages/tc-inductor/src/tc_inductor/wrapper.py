@@ -20,6 +20,7 @@ from .codegen.common import pointer_name
 from .codegen.triton import size_bucket
 from .decompositions import EXTERN_PREFERRED
 from .graph_lowering import LoweredGraph, RuntimeValue
+from .inplace import InplacePlan
 from .ir import BufferValue, ComputedBuffer, ExternCall, is_dense
 from .scheduler import Group, Schedule, reads_of
 from .symbolic import py_expr, py_tuple
@@ -73,10 +74,11 @@ def _tup(values) -> str:
 
 
 def generate(lowered: LoweredGraph, sched: Schedule, calls: dict, extern_names: dict,
-             guarded: frozenset = frozenset()) -> str:
+             guarded: frozenset = frozenset(), writes: InplacePlan | None = None) -> str:
     """The wrapper source. ``calls`` maps each Group to its KernelCall; ``extern_names`` maps
     extern targets to the global names the wrapper calls them by; ``guarded`` holds the
-    positions of inputs whose layout the caller has checked already.
+    positions of inputs whose layout the caller has checked already; ``writes`` the outputs
+    written into input buffers (inplace.py).
 
     The body is a list of chunks, one per step; :func:`memory.free_dead` then deletes every
     local after the last chunk that reads it, so nothing lives longer than its last use."""
@@ -88,14 +90,19 @@ def generate(lowered: LoweredGraph, sched: Schedule, calls: dict, extern_names: 
     allocated = (lowered.own & sched.stored) | {s.outputs.name for s in sched.steps
                                                 if isinstance(s, ExternCall) and s.out_variant is not None}
     free = memory.FreePool()
+    writes = writes or InplacePlan()
     for position, step in enumerate(sched.steps):
         body: list[str] = []
         if isinstance(step, Group):
             for m in step.members:
-                if m.name in sched.stored:
+                if m.name in writes.buffers:
+                    body.append(f"{m.name} = {writes.buffers[m.name]}  # in place: the input's new value")
+                elif m.name in sched.stored:
                     body.append(_allocate(m, free))
             body += _hoist_pointers(calls[step], pointers)
             body.append(calls[step].launch)
+        elif step.name in writes.externs:
+            body += _extern_inplace(step, layouts, extern_names, writes.externs[step.name][1])
         elif step.out_variant is not None:
             body.append(_allocate(step.outputs, free))
             body += _extern(step, layouts, extern_names)
@@ -242,6 +249,13 @@ def _extern(step: ExternCall, layouts: dict, extern_names: dict) -> list[str]:
             else:
                 lines.append(f"{out.name} = {step.name}[{i}]")
     return lines
+
+
+def _extern_inplace(step: ExternCall, layouts: dict, extern_names: dict, mapping: dict) -> list[str]:
+    """The in-place overload (inplace.py), then each result named as the input it wrote."""
+    args = [render_value(a, layouts) for a in step.args] + [f"{k}={render_value(v, layouts)}" for k, v in step.kwargs.items()]
+    lines = [f"{extern_names[step.name]}({', '.join(args)})  # in place: {step.reason}"]
+    return lines + [f"{out} = {source}" for out, source in mapping.items()]
 
 
 def _allocates(target: Any) -> bool:
