@@ -199,7 +199,8 @@ class Base(nn.Module):
 
     def forward(self, x, y):
         h = self.lin(x).relu()
-        loss = nn.CrossEntropyLoss()(h, y)  # a module built in forward: a break
+        loss = nn.CrossEntropyLoss()(h, y)  # a stateless module built in forward: captured
+        print(end="")  # a break
         return h * 2, loss
 
 
