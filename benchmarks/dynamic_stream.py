@@ -51,7 +51,7 @@ def _compiled(model: torch.nn.Module, variant: str) -> tuple[torch.nn.Module, ob
     if variant == "eager":
         return model, lambda: 0
     if variant.startswith("torch.compile"):
-        import torch._dynamo
+        import torch._dynamo.testing
 
         counter = torch._dynamo.testing.CompileCounter()
 
