@@ -196,31 +196,11 @@ class Symbols:
 
 # ---- torch's sympy functions as plain sympy (what tc_ir's text and interpreter read) -----------
 def plain_sympy(expr: sympy.Basic) -> sympy.Basic:
-    """``expr`` with torch's integer functions (``FloorDiv``, ``ModularIndexing``, ``CleanDiv``,
-    ``PythonMod``...) written in plain sympy (``floor``, ``Mod``, ``Max``)."""
-    if not expr.args or isinstance(expr, (sympy.Symbol, sympy.Number)):
-        return expr
-    args = [plain_sympy(a) for a in expr.args]
-    rule = _PLAIN.get(type(expr).__name__)
-    if rule is not None:
-        return rule(*args)
-    if type(expr).__module__.startswith("torch"):
-        raise NotImplementedError(f"tc_autograd: size expression {expr} ({type(expr).__name__}) has no tc_ir form")
-    return expr.func(*args)
-
-
-_PLAIN: dict[str, Callable[..., sympy.Basic]] = {
-    "FloorDiv": lambda a, b: sympy.floor(a / b),
-    "CleanDiv": lambda a, b: sympy.floor(a / b),
-    "IntTrueDiv": lambda a, b: a / b,
-    "CeilDiv": lambda a, b: sympy.ceiling(a / b),
-    "ModularIndexing": lambda x, d, m: sympy.Mod(sympy.floor(x / d), m),
-    "Mod": sympy.Mod,
-    "PythonMod": sympy.Mod,
-    "Max": sympy.Max,
-    "Min": sympy.Min,
-    "Identity": lambda a: a,
-}
+    """``expr`` in plain sympy (``tc_ir.spec.plain_size_expr``); no tc_ir form: NotImplementedError."""
+    try:
+        return tc_ir.spec.plain_size_expr(expr)
+    except tc_ir.spec.SizeExprError as e:
+        raise NotImplementedError(f"tc_autograd: {e}") from None
 
 
 # ---- the run-time check -----------------------------------------------------------------------

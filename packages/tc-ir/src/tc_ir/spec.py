@@ -66,6 +66,40 @@ def normalize_dim(dim: Any) -> int | sympy.Expr:
     return int(dim)
 
 
+class SizeExprError(ValueError):
+    """A size expression with a torch-only function that has no plain sympy form."""
+
+
+def plain_size_expr(expr: sympy.Basic) -> sympy.Basic:
+    """``expr`` with torch's integer functions (``FloorDiv``, ``ModularIndexing``, ``CleanDiv``,
+    ``PythonMod``...; what a ``ShapeEnv`` writes) in the plain sympy tc_ir's text form, interpreter
+    and code generators read (``floor``, ``ceiling``, ``Mod``, ``Max``, ``Min``). The one copy of
+    this translation: capture and tc_autograd both hand tc_ir graphs traced on torch's fakes."""
+    if not expr.args or isinstance(expr, (sympy.Symbol, sympy.Number)):
+        return expr
+    args = [plain_size_expr(a) for a in expr.args]
+    rule = _PLAIN_SIZE_FUNCS.get(type(expr).__name__)
+    if rule is not None:
+        return rule(*args)
+    if type(expr).__module__.startswith("torch"):
+        raise SizeExprError(f"size expression {expr} ({type(expr).__name__}) has no tc_ir form")
+    return expr.func(*args)
+
+
+_PLAIN_SIZE_FUNCS: dict[str, Any] = {
+    "FloorDiv": lambda a, b: sympy.floor(a / b),
+    "CleanDiv": lambda a, b: sympy.floor(a / b),
+    "IntTrueDiv": lambda a, b: a / b,
+    "CeilDiv": lambda a, b: sympy.ceiling(a / b),
+    "ModularIndexing": lambda x, d, m: sympy.Mod(sympy.floor(x / d), m),
+    "Mod": sympy.Mod,
+    "PythonMod": sympy.Mod,
+    "Max": sympy.Max,
+    "Min": sympy.Min,
+    "Identity": lambda a: a,
+}
+
+
 def contiguous_strides(shape: Sequence[int | sympy.Expr]) -> tuple[int | sympy.Expr, ...]:
     """Row-major strides of ``shape`` as ``torch.empty(shape).stride()`` gives them: a size-0 or
     size-1 dim counts as 1 in the running product (``(3, 0)`` → ``(1, 1)``). The one copy of

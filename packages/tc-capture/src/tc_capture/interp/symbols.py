@@ -257,30 +257,11 @@ def _literal(v: Any, ref: Callable[[object], str]) -> str:
 
 # ---- sympy to Python ---------------------------------------------------------------------------------
 def plain_sympy(expr: sympy.Basic) -> sympy.Basic:
-    """``expr`` with torch's integer functions (``FloorDiv``, ``PythonMod``, ``CleanDiv``...)
-    written in plain sympy (``floor``, ``Mod``)."""
-    if not expr.args or isinstance(expr, (sympy.Symbol, sympy.Number)):
-        return expr
-    args = [plain_sympy(a) for a in expr.args]
-    rule = _PLAIN.get(type(expr).__name__)
-    if rule is not None:
-        return rule(*args)
-    if type(expr).__module__.startswith("torch"):
-        raise Unsupported(f"size expression {expr} ({type(expr).__name__}) has no tc_ir form")
-    return expr.func(*args)
-
-
-_PLAIN: dict[str, Callable[..., sympy.Basic]] = {
-    "FloorDiv": lambda a, b: sympy.floor(a / b),
-    "CleanDiv": lambda a, b: sympy.floor(a / b),
-    "CeilDiv": lambda a, b: sympy.ceiling(a / b),
-    "ModularIndexing": lambda x, d, m: sympy.Mod(sympy.floor(x / d), m),
-    "Mod": sympy.Mod,
-    "PythonMod": sympy.Mod,
-    "Max": sympy.Max,
-    "Min": sympy.Min,
-    "Identity": lambda a: a,
-}
+    """``expr`` in plain sympy (``tc_ir.spec.plain_size_expr``); no tc_ir form: a graph break."""
+    try:
+        return tc_ir.spec.plain_size_expr(expr)
+    except tc_ir.spec.SizeExprError as e:
+        raise Unsupported(str(e)) from None
 _RELATIONS = {sympy.Eq: "==", sympy.Ne: "!=", sympy.Lt: "<", sympy.Le: "<=", sympy.Gt: ">", sympy.Ge: ">="}
 
 
