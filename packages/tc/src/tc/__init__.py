@@ -23,12 +23,13 @@ from .reset import reset
 
 __version__ = "0.1.0"
 
-# name -> the submodule defining it, imported on first access (PEP 562)
+# name -> the submodule defining it, imported on first access (PEP 562). No submodule is named like
+# a function here: importing ``tc.export`` would bind the module over the function ``tc.export``.
 _LAZY = {
     "BackendCompilerFailed": "backends", "list_backends": "backends", "register_backend": "backends",
     "tc_ir_backend": "backends", "load_cache_artifacts": "cache", "save_cache_artifacts": "cache",
-    "ExplainReport": "explain", "explain": "explain", "ExportedProgram": "export", "ExportError": "export",
-    "LoadError": "export", "export": "export", "load": "export",
+    "ExplainReport": "explaining", "explain": "explaining", "ExportedProgram": "exporting", "ExportError": "exporting",
+    "LoadError": "exporting", "export": "exporting", "load": "exporting",
 }
 
 __all__ = [
