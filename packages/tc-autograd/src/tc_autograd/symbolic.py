@@ -204,42 +204,7 @@ def plain_sympy(expr: sympy.Basic) -> sympy.Basic:
 
 
 # ---- the run-time check -----------------------------------------------------------------------
-_RELATIONS = {sympy.Eq: "==", sympy.Ne: "!=", sympy.Lt: "<", sympy.Le: "<=", sympy.Gt: ">", sympy.Ge: ">="}
-
-
-def python(expr: sympy.Basic) -> str:
-    """Exact integer Python for a size expression or relation (``//`` for floor division)."""
-    if isinstance(expr, sympy.Integer):
-        return str(int(expr))
-    if isinstance(expr, sympy.Symbol):
-        return expr.name
-    if type(expr) in _RELATIONS:
-        return f"({python(expr.lhs)} {_RELATIONS[type(expr)]} {python(expr.rhs)})"
-    if isinstance(expr, (sympy.And, sympy.Or)):
-        return "(" + (" and " if isinstance(expr, sympy.And) else " or ").join(map(python, expr.args)) + ")"
-    if isinstance(expr, sympy.Not):
-        return f"(not {python(expr.args[0])})"
-    num, den = sympy.fraction(sympy.together(expr))
-    if den != 1:
-        if isinstance(expr, (sympy.floor, sympy.ceiling)):
-            raise ValueError(expr)
-        raise ValueError(f"not an integer expression: {expr}")
-    if isinstance(expr, sympy.Add):
-        return "(" + " + ".join(map(python, expr.args)) + ")"
-    if isinstance(expr, sympy.Mul):
-        return "(" + " * ".join(map(python, expr.args)) + ")"
-    if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and expr.exp >= 0:
-        return f"({python(expr.base)} ** {int(expr.exp)})"
-    if isinstance(expr, (sympy.floor, sympy.ceiling)):
-        n, d = sympy.fraction(sympy.together(expr.args[0]))
-        if isinstance(expr, sympy.floor):
-            return f"({python(n)} // {python(d)})"
-        return f"(-((-{python(n)}) // {python(d)}))"
-    if isinstance(expr, sympy.Mod):
-        return f"({python(expr.args[0])} % {python(expr.args[1])})"
-    if isinstance(expr, (sympy.Max, sympy.Min)):
-        return f"{'max' if isinstance(expr, sympy.Max) else 'min'}({', '.join(map(python, expr.args))})"
-    raise ValueError(f"no Python form for {expr}")
+python = tc_ir.spec.size_python  # exact integer Python for a size expression or relation
 
 
 def _python_or_none(expr: sympy.Basic) -> str | None:

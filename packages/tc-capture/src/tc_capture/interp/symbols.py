@@ -262,43 +262,7 @@ def plain_sympy(expr: sympy.Basic) -> sympy.Basic:
         return tc_ir.spec.plain_size_expr(expr)
     except tc_ir.spec.SizeExprError as e:
         raise Unsupported(str(e)) from None
-_RELATIONS = {sympy.Eq: "==", sympy.Ne: "!=", sympy.Lt: "<", sympy.Le: "<=", sympy.Gt: ">", sympy.Ge: ">="}
-
-
-def python(expr: sympy.Basic, names: dict) -> str:
-    """Exact integer Python for a size expression or relation; ``names`` maps each symbol to the
-    code reading it. Raises ``ValueError`` where there is no exact integer form."""
-    def p(e: sympy.Basic) -> str:
-        if isinstance(e, sympy.Integer):
-            return str(int(e))
-        if isinstance(e, sympy.Symbol):
-            return names[e]
-        if e is sympy.true or e is sympy.false:
-            return str(bool(e))
-        if type(e) in _RELATIONS:
-            return f"({p(e.lhs)} {_RELATIONS[type(e)]} {p(e.rhs)})"
-        if isinstance(e, (sympy.And, sympy.Or)):
-            return "(" + (" and " if isinstance(e, sympy.And) else " or ").join(map(p, e.args)) + ")"
-        if isinstance(e, sympy.Not):
-            return f"(not {p(e.args[0])})"
-        if isinstance(e, (sympy.floor, sympy.ceiling)):
-            n, d = sympy.fraction(sympy.together(e.args[0]))
-            return f"({p(n)} // {p(d)})" if isinstance(e, sympy.floor) else f"(-((-{p(n)}) // {p(d)}))"
-        if isinstance(e, sympy.Mod):
-            return f"({p(e.args[0])} % {p(e.args[1])})"
-        if isinstance(e, (sympy.Max, sympy.Min)):
-            return f"{'max' if isinstance(e, sympy.Max) else 'min'}({', '.join(map(p, e.args))})"
-        if sympy.fraction(sympy.together(e))[1] != 1:
-            raise ValueError(f"not an integer expression: {e}")
-        if isinstance(e, sympy.Add):
-            return "(" + " + ".join(map(p, e.args)) + ")"
-        if isinstance(e, sympy.Mul):
-            return "(" + " * ".join(map(p, e.args)) + ")"
-        if isinstance(e, sympy.Pow) and e.exp.is_Integer and e.exp >= 0:
-            return f"({p(e.base)} ** {int(e.exp)})"
-        raise ValueError(f"no Python form for {e}")
-
-    return p(expr)
+python = tc_ir.spec.size_python  # exact integer Python; ``names`` maps each symbol to its reader
 
 
 def sizes_text(*pairs: Any) -> _Text:
