@@ -24,6 +24,7 @@ from torch._guards import GuardSource, Source
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
 
 import tc_ir
+from tc_ir.interpret import size_places
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,16 +65,7 @@ def _spec_symbols(spec: Any) -> set[sympy.Symbol]:
 
 def binding_places(graph: tc_ir.Graph) -> dict[sympy.Symbol, tuple[int, int]]:
     """Where each symbol's value is read from the inputs: ``(input, dim)``, dim -1 for an int."""
-    places: dict[sympy.Symbol, tuple[int, int]] = {}
-    for i, node in enumerate(graph.inputs):
-        spec = node.spec
-        if isinstance(spec, tc_ir.ScalarSpec) and isinstance(spec.expr, sympy.Symbol):
-            places.setdefault(spec.expr, (i, -1))
-        elif isinstance(spec, tc_ir.TensorSpec):
-            for d, size in enumerate(spec.shape):
-                if isinstance(size, sympy.Symbol):
-                    places.setdefault(size, (i, d))
-    return places
+    return size_places(graph)
 
 
 class Symbols:

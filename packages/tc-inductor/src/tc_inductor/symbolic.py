@@ -18,6 +18,7 @@ from typing import Any
 import sympy
 
 import tc_ir
+from tc_ir.interpret import size_places
 
 from .kir import FloorDiv, ModIndex
 
@@ -60,15 +61,7 @@ def binding_plan(graph: tc_ir.Graph) -> dict[sympy.Symbol, tuple[int, int]]:
 
     Raises :class:`SymbolicUnsupported` when a symbol is not a plain size of any input, or has
     a name the generated code uses for something else."""
-    plan: dict[sympy.Symbol, tuple[int, int]] = {}
-    for position, node in enumerate(graph.inputs):
-        spec = node.spec
-        if isinstance(spec, tc_ir.ScalarSpec) and isinstance(spec.expr, sympy.Symbol):
-            plan.setdefault(spec.expr, (position, -1))
-        elif isinstance(spec, tc_ir.TensorSpec):
-            for dim, size in enumerate(spec.shape):
-                if isinstance(size, sympy.Symbol):
-                    plan.setdefault(size, (position, dim))
+    plan = size_places(graph)
     for symbol in graph_symbols(graph):
         if symbol not in plan:
             raise SymbolicUnsupported(f"tc_inductor: size symbol {symbol} is not a plain size of any input "

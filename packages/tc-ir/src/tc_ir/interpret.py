@@ -51,6 +51,22 @@ def _run(node: Node, args: tuple, kwargs: dict) -> Any:
         raise InterpretError(f"node %{node.name} ({node.target}) failed: {e}") from e
 
 
+def size_places(graph: Graph) -> dict[sympy.Symbol, tuple[int, int]]:
+    """Where each size symbol is first read from the inputs, as ``bind_sizes`` binds it:
+    ``(input position, dim)``, dim -1 for an int input that is the symbol. Symbols that appear
+    only inside expressions (``2*s0``) have no place."""
+    places: dict[sympy.Symbol, tuple[int, int]] = {}
+    for position, node in enumerate(graph.inputs):
+        spec = node.spec
+        if isinstance(spec, ScalarSpec) and isinstance(spec.expr, sympy.Symbol):
+            places.setdefault(spec.expr, (position, -1))
+        elif isinstance(spec, TensorSpec):
+            for dim, size in enumerate(spec.shape):
+                if isinstance(size, sympy.Symbol):
+                    places.setdefault(size, (position, dim))
+    return places
+
+
 def bind_sizes(graph: Graph, inputs: Sequence[Any]) -> dict[sympy.Symbol, int]:
     """Match input specs against the inputs' sizes: symbols get values, fixed sizes are checked."""
     sizes: dict[sympy.Symbol, int] = {}
