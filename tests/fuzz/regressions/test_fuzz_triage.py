@@ -97,3 +97,37 @@ def test_fuzz_f64_values_computed_from_f32_ones_compare_at_f32_precision(seed):
 def test_generator_skips_in_place_ops_reading_what_they_write(name, operands, ill_defined):
     # seeds 894, 1463, 2694, 3009: eager read some elements before and some after writing them.
     assert _reads_what_it_writes(name, operands(torch.randn(4, 4))) == ill_defined
+
+
+# ---- the checker: eager's side runs without a dispatch mode ----------------------------------------
+def test_foreach_write_through_a_view_of_an_input_is_checked_against_plain_eager():
+    # seeds 20509/21435 (shrunk): under the checker's dtype-recording TorchDispatchMode, eager's own
+    # autograd lost the history of the foreach write through ``x0.transpose`` (gradients off by 8.5,
+    # reported as tc's mismatch); seeds 20169/20615/...: the same mode hid eager's version-counter
+    # error. The compared eager run is now a plain one.
+    program = _program([((5, 3, 5), torch.float64, "offset")],
+                       ["v0 = x0 * x0", "v1 = x0.transpose(-3, -1)", "torch._foreach_mul_([v0, v1], -1.5)",
+                        "v4 = x0 + v1", "v5 = v4.sub_(v1, alpha=2)"], ["v5"], grad=True)
+    assert check(program, seed=20509).kind == "pass"
+    # and tc's gradient is the one a functional rewrite of the program has
+    compiled = tc.compile(program.function())
+    for _ in range(2):
+        leaf = torch.randn(7, 3, 5, dtype=torch.float64, requires_grad=True)
+        w_out, w_in = torch.randn(5, 3, 5, dtype=torch.float64), torch.randn(7, 3, 5, dtype=torch.float64)
+        holder = leaf.clone()
+        (out,) = compiled(holder.narrow(0, 1, 5))
+        ((out * w_out).sum() + (holder * w_in).sum()).backward()
+        scaled = torch.cat([leaf[:1], -1.5 * leaf[1:6], leaf[6:]])
+        want = scaled[1:6] - scaled[1:6].transpose(-3, -1)
+        ref_leaf_grad, = torch.autograd.grad((want * w_out).sum() + (scaled * w_in).sum(), leaf)
+        torch.testing.assert_close(out, want)
+        torch.testing.assert_close(leaf.grad, ref_leaf_grad)
+
+
+def test_a_foreach_write_over_a_saved_tensor_is_invalid_as_in_eager():
+    # seed 20169 (shrunk): sigmoid saves its result, which the foreach write then changes: eager's
+    # backward raises, so the program is invalid (was an "error" of tc's under the dispatch mode).
+    program = _program([((3, 4), torch.float64, "contiguous")],
+                       ["v1 = torch.sigmoid(x0)", "v3 = v1 - 1", "torch._foreach_mul_([v3, v1], 2)"], ["v3"],
+                       grad=True)
+    assert check(program, seed=20169).kind == "invalid"
