@@ -4,8 +4,10 @@ For each variant, in a process of its own (tc is never imported where torch.comp
 number of compiles, the wall time of the whole stream (compiles included) and the steady-state
 step time (the stream again, every shape already compiled), inference (no_grad) or training
 (forward, backward, AdamW step). Variants: eager; torch.compile default and with mark_dynamic;
-tc default (automatic dynamic), with mark_dynamic, and with dynamic=True. Also a static tc
-compile at one length, to compare a dynamic graph's step time with a static one's at that size.
+tc default (automatic dynamic), with mark_dynamic, and with dynamic=True. Every variant is also
+timed alone at one size (``FIXED``, after its stream: its dynamic graph serves it), next to
+``tc-static``, a ``dynamic=False`` tc compile of that size only: a dynamic graph's step time
+against a static one's at the same size.
 
     python benchmarks/dynamic_stream.py                      # CUDA: GPT-2 small, 16 lengths 8..1024, batches 1/4/8
     python benchmarks/dynamic_stream.py --tasks infer --variants eager,tc
@@ -23,7 +25,8 @@ import time
 
 import torch
 
-VARIANTS = ("eager", "torch.compile", "torch.compile-mark", "tc", "tc-mark", "tc-dynamic")
+VARIANTS = ("eager", "torch.compile", "torch.compile-mark", "tc", "tc-mark", "tc-dynamic", "tc-static")
+FIXED = (8, 512)  # (batch, length) at which every variant is timed alone (CPU: (3, 32)), tc-static too
 TASKS = ("infer", "train")
 
 
@@ -64,7 +67,8 @@ def _compiled(model: torch.nn.Module, variant: str) -> tuple[torch.nn.Module, ob
     import tc
     import tc_capture
 
-    compiled = tc.compile(model, dynamic=True if variant == "tc-dynamic" else None)
+    dynamic = {"tc-dynamic": True, "tc-static": False}.get(variant)
+    compiled = tc.compile(model, dynamic=dynamic)
     return compiled, lambda: sum(len(e) for c in list(tc_capture.api.ALL_CACHES) for e in c.entries.values())
 
 
@@ -95,6 +99,9 @@ def run_cell(task: str, variant: str, device: str) -> dict:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4) if task == "train" else None
     compiled, compiles = _compiled(model, variant)
     shapes = _stream(small)
+    fixed = FIXED if not small else (3, 32)
+    if variant == "tc-static":  # no stream: a graph compiled for the fixed size alone
+        shapes = [fixed]
     vocab = model.config.vocab_size
 
     def run_stream() -> float:
@@ -108,8 +115,18 @@ def run_cell(task: str, variant: str, device: str) -> dict:
 
     total = run_stream()
     steady = run_stream()
+    ids = torch.randint(0, vocab, fixed, device=device)
+    _step(compiled, variant, task, ids, opt, device)  # the stream's graphs cover it; static: warm-up
+    if device == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(20):
+        _step(compiled, variant, task, ids, opt, device)
+    if device == "cuda":
+        torch.cuda.synchronize()
     return {"task": task, "variant": variant, "compiles": compiles(), "stream_s": total,
-            "steady_ms": steady / len(shapes) * 1e3, "shapes": len(shapes)}
+            "steady_ms": steady / len(shapes) * 1e3, "shapes": len(shapes),
+            "fixed_ms": (time.perf_counter() - start) / 20 * 1e3}
 
 
 def main() -> int:
@@ -139,12 +156,15 @@ def main() -> int:
                 continue
             rows.append(json.loads(lines[-1]))
             print(json.dumps(rows[-1]), flush=True)
-    print(f"\n{'task':6} {'variant':20} {'compiles':>8} {'stream s':>9} {'steady ms':>10} {'vs eager':>9}")
+    print(f"\n{'task':6} {'variant':20} {'compiles':>8} {'stream s':>9} {'steady ms':>10} {'vs eager':>9} "
+          f"{'fixed ms':>12}")
     for task in args.tasks.split(","):
         eager = next((r["steady_ms"] for r in rows if r["task"] == task and r["variant"] == "eager"), None)
         for r in (r for r in rows if r["task"] == task):
             ratio = f"{eager / r['steady_ms']:.2f}x" if eager else "-"
-            print(f"{task:6} {r['variant']:20} {r['compiles']:8d} {r['stream_s']:9.1f} {r['steady_ms']:10.2f} {ratio:>9}")
+            stream = f"{r['stream_s']:9.1f}" if r["variant"] != "tc-static" else f"{'-':>9}"
+            print(f"{task:6} {r['variant']:20} {r['compiles']:8d} {stream} {r['steady_ms']:10.2f} {ratio:>9} "
+                  f"{r['fixed_ms']:12.2f}")
     return 0
 
 
