@@ -51,7 +51,9 @@ def trace_key(graph: tc_ir.Graph, inputs: Sequence[Any], variant: Any, options: 
         text = graph.format(data=False, name="graph", strict=True)  # exact target names, or no key
     except (tc_ir.TargetError, TypeError):
         return None
-    parts = [text, *_input_specs(inputs), repr(variant), options["partition"],
+    # Checkpoint regions change the partition but not the text: their tags are part of the key.
+    regions = repr([(n.name, n.meta["recompute"]) for n in graph.calls if "recompute" in n.meta])
+    parts = [text, regions, *_input_specs(inputs), repr(variant), options["partition"],
              _decompositions_id(options["decompositions"]), _autocast_state(), _versions()]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:40]
 

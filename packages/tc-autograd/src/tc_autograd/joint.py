@@ -20,6 +20,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import tc_ir
 
 from .attention import bind_attention
+from .checkpoint import bind_recompute
 from .cond import bind_higher_order
 from .functionalize import storage_groups
 from .symbolic import Symbols, graph_symbols
@@ -173,7 +174,7 @@ def trace(graph: tc_ir.Graph, inputs: Sequence[Any], decompositions: dict | None
     # buffer in the backward; with cuDNN off, CUDA batch norm traces as native_batch_norm.
     with mode, rec, torch.set_grad_enabled(training), _no_autocast_leak(), torch.backends.cudnn.flags(enabled=False):
         runnable = symbols.runnable(graph) if symbols else graph
-        outs = interpret_unwrapped(bind_attention(bind_higher_order(runnable, rec)), fakes)
+        outs = interpret_unwrapped(bind_recompute(bind_attention(bind_higher_order(runnable, rec)), rec), fakes)
     nodes: list[tc_ir.Node] = []
     tensors: list[torch.Tensor] = []
     shared = _shared_storages(outs, rec)

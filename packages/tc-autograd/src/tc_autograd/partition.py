@@ -10,6 +10,11 @@ joined by an edge costing its size in bytes, so the cut edges are the saved node
 op is expensive (matmul, convolution, reductions) or random are tied to the source: if the
 backward needs them they are saved, never recomputed; cheap pointwise and view ops are free to
 be recomputed in the backward instead of saved.
+
+Both honour checkpoint regions (:mod:`tc_autograd.checkpoint`): a node tagged
+``meta["recompute"]`` that :func:`~tc_autograd.checkpoint.must_recompute` names is never saved
+(``save_all`` treats it as backward work; ``min_cut`` neither ties it to the source nor lets the
+cut cross it at a cost below ``UNSAVABLE``), so the backward recomputes it from the region's inputs.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import torch
 
 import tc_ir
 
+from .checkpoint import must_recompute
 from .functionalize import is_view_op
 
 if TYPE_CHECKING:
@@ -36,6 +42,10 @@ CHEAP_OPS = {aten._to_copy.default, aten.clone.default, aten.copy.default, aten.
              aten.zeros.default, aten.ones.default, aten.scalar_tensor.default, aten.zeros_like.default,
              aten.ones_like.default, aten.full_like.default, aten.empty_like.default, aten.where.self,
              aten.expand.default, aten.slice_scatter.default, aten.select_scatter.default}
+
+
+# Added to the cost of saving a checkpointed value: more than any real set of activations.
+UNSAVABLE = 2**62
 
 
 def is_recomputable(node: tc_ir.Node) -> bool:
@@ -100,6 +110,7 @@ def save_all(joint: tc_ir.Graph, dag: nx.DiGraph) -> list[tc_ir.Node]:
     forward = _ancestors(dag, tc_ir.nodes_in(values)) | set(primals)
     # Results of multi-output ops computed in the forward are forward values too (a tuple cannot be saved).
     forward |= {u for n in list(forward) for u in n.users if u.target is operator.getitem}
+    forward -= must_recompute(joint)  # checkpointed: the backward recomputes them from what is saved
     backward = _ancestors(dag, tc_ir.nodes_in(grads), stop=forward) - forward
     read = set(tc_ir.nodes_in(grads)) | {n for n in backward for n in n.inputs}
     return [n for n in joint.nodes if n in forward and n in read and n.op not in ("param", "constant")]
@@ -114,15 +125,21 @@ def min_cut(joint: tc_ir.Graph, dag: nx.DiGraph) -> list[tc_ir.Node]:
     primals, tangents = _roles(joint)
     forward = _ancestors(dag, tc_ir.nodes_in(values))
     needs_tangent = set(tangents) | {d for t in tangents for d in nx.descendants(dag, t)}
+    banned = must_recompute(joint)
     flow = nx.DiGraph()
     for node in joint.nodes:
         name_in, name_out = ("in", node), ("out", node)
         if node in needs_tangent:
             flow.add_edge(name_in, "sink")
-        if node in primals or (node in forward and node.op == "call" and not is_recomputable(node)):
+        if node in primals or (node in forward and node.op == "call" and not is_recomputable(node)
+                               and node not in banned):
             flow.add_edge("source", name_in)
         # One byte more for non-inputs: on a tie, save the input (alive anyway) over a copy of it.
         weight = nbytes(node) + (0 if node.op == "input" else 1)
+        if node in banned and weight != math.inf:
+            # Checkpointed: saved only where nothing else can be (a size input feeding the region
+            # in a symbolic trace cannot be saved), so the cut falls on the region's inputs.
+            weight += UNSAVABLE
         flow.add_edge(name_in, name_out, **({} if weight == math.inf else {"capacity": weight}))
         for user in node.users:
             flow.add_edge(name_out, ("in", user))
