@@ -130,7 +130,9 @@ def test_foreach_extern_with_old_value_read_later_is_not_in_place():
         out = g.call(aten._foreach_mul.Scalar, [a, b], 2.0)
         first = g.call(operator.getitem, out, 0)
         return first, g.call(operator.getitem, out, 1), g.call(aten.add.Tensor, first, a)
-    run(fn, xs, {0: 0, 1: 1}, 0)
+    # only the pair whose old value is read later: lowered into kernels (lowering/foreach.py), the
+    # other element may be written in place; as an extern, neither is
+    run(fn, xs, {0: 0}, 0)
 
 
 @pytest.mark.parametrize("pairs", [{}, {5: 0}, {0: 7}])

@@ -404,6 +404,12 @@ class GraphLowering:
     def _maybe_realize(self, node: Node, result: Any) -> Any:
         if isinstance(result, Pointwise) and len(node.users) > 1 and _expensive(result):
             return self.realize(result)
+        if isinstance(result, Pointwise) and node.users and node in self.graph.output_nodes:
+            # stored anyway as an output: its readers load it (in the same kernel, the value
+            # itself) instead of recomputing it from its inputs. An optimizer's new exp_avg is
+            # read by the parameter's update; recomputed there from the old exp_avg, that old
+            # value would be read after the new one overwrote it in place (inplace.py refuses).
+            return self.realize(result)
         if any(tc_ir.is_mutating(u.target) for u in node.users if u.op == "call"):
             return tc_ir.map_structure(result, lambda v: self.realize(v) if isinstance(v, Pointwise) else v)
         return result

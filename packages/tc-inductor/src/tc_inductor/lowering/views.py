@@ -369,6 +369,12 @@ def _concat(ctx, pieces: list, dim: int, shape: tuple, dtype: torch.dtype, devic
 
     def body(index):
         i = index[dim]
+        if isinstance(i, (int, sympy.Integer)) and all(isinstance(v, int) for pair in bounds for v in pair):
+            # a constant position (an optimizer selects its per-parameter scalar from a stack):
+            # that piece alone, not a chain of conditions loading every piece
+            for p, (lo, hi) in zip(pieces, bounds):
+                if lo <= int(i) < hi:
+                    return kir.cast(p.load(index[:dim] + (i - lo,) + index[dim + 1:]), compute)
         result = None
         for p, (lo, hi) in reversed(list(zip(pieces, bounds))):
             inside = kir.binary(Ops.AND, kir.binary(Ops.GE, kir.index_value(i), kir.size_value(lo, torch.int64)),
