@@ -24,7 +24,7 @@ import torch
 import tc_ir
 
 from ..cache import sources as S
-from . import queries, stdlib_collections, stdlib_iter, torch_features  # noqa: F401  (they register BUILTINS)
+from . import numpy_funcs, numpy_ops, queries, stdlib_collections, stdlib_iter, torch_features  # noqa: F401  (they register BUILTINS)
 from .base import Unsupported, defines
 from .builtins_ import BUILTINS, CALLABLE_TYPES, bind_namedtuple
 from .cond import capture_cond
@@ -118,6 +118,11 @@ PASS = object()
 def _builtin(f, fn, args, kwargs):
     handler = BUILTINS.get(fn.value) if _hashable(fn.value) else None
     return PASS if handler is None else handler(f, args, kwargs)
+
+
+def _numpy(f, fn, args, kwargs):
+    out = numpy_ops.call(f, fn.value, args, kwargs)  # NumPy functions on arrays as torch ops
+    return PASS if out is None else out
 
 
 def _by_type(f, fn, args, kwargs):
@@ -244,7 +249,7 @@ def _callable_object(f, fn, args, kwargs):
     return PASS
 
 
-CONST_CALL_RULES = (_builtin, _by_type, _context_manager, _cond, _module, _dynamo_marker, _weak_reference,
+CONST_CALL_RULES = (_builtin, _numpy, _by_type, _context_manager, _cond, _module, _dynamo_marker, _weak_reference,
                     _function_get, _torch_constant, _state_query, _usage_log, _op_packet, _torch_feature,
                     _torch_function, _python_function, _bound_method, _partial, _class, _fold, _callable_object)
 
@@ -440,6 +445,9 @@ def torch_call(f, fn, args, kwargs) -> V:
         return Const(f.session.grad_enabled)
     if fn in _FOREACH_POINTWISE and _tensor_scalars(args, kwargs) is not None:
         return _foreach_with_tensor_scalars(f, fn, args, kwargs)
+    from_numpy = numpy_ops.from_numpy_call(f, fn, args, kwargs)  # torch.from_numpy(a) of a tracked ndarray
+    if from_numpy is not None:
+        return from_numpy
     return record(f.session, fn, tuple(args), kwargs)
 
 
@@ -484,6 +492,8 @@ def _foreach_with_tensor_scalars(f, fn, args, kwargs) -> V:
 def tensor_method(f, name: str, self_v: V, args, kwargs) -> V:
     if name == "is_inference" and isinstance(self_v, TensorV) and not args and not kwargs:
         return _is_inference(f, self_v)
+    if name == "numpy":  # a tracked ndarray over the tensor (numpy_ops)
+        return numpy_ops.tensor_numpy(f, self_v, args, kwargs)
     if name in DATA_METHODS:
         raise Unsupported(f"Tensor.{name}() hands tensor data to Python")
     if not isinstance(self_v, TensorV):

@@ -142,7 +142,11 @@ def unpack_ex(f, v: V, before: int, after: int) -> list[V]:
 # ---- subscripts ---------------------------------------------------------------------------------
 def getitem(f, obj: V, key: V) -> V:
     if isinstance(obj, TensorV):
+        if hasattr(key, "operate"):  # a NumPy array as the index
+            raise Unsupported("indexing a tensor with a NumPy array")
         return record(f.session, operator.getitem, (obj, key), {})
+    if hasattr(obj, "getitem"):  # a NumPy array (numpy_ops.NdarrayV)
+        return obj.getitem(f, key)
     if tensor_keys.is_tensor_lookup(obj, key):
         return tensor_keys.getitem(f, obj, key)
     if isinstance(key, TensorV):

@@ -38,6 +38,8 @@ def fold(fn, *args: V) -> Const:
 
 
 def binary(f, fn, a: V, b: V) -> V:
+    if hasattr(a, "operate") or hasattr(b, "operate"):  # a NumPy array (numpy_ops.NdarrayV)
+        return (a if hasattr(a, "operate") else b).operate(f, fn, a, b)
     own = _own_dunder(a, fn)
     if own is not None:
         out = call_function(f, Const(own), [a, b], {})
@@ -134,6 +136,8 @@ _COMPARE_DUNDERS = {"<": "__lt__", "<=": "__le__", "==": "__eq__", "!=": "__ne__
 
 def compare(f, op: str, a: V, b: V) -> V:
     fn = COMPARE[op]
+    if hasattr(a, "operate") or hasattr(b, "operate"):  # a NumPy array (numpy_ops.NdarrayV)
+        return (a if hasattr(a, "operate") else b).operate(f, fn, a, b)
     own = own_method(a, _COMPARE_DUNDERS[op])
     if own is not None:
         return call_own(f, own, a, b)
@@ -213,6 +217,8 @@ def _eq_const(x: V, key) -> bool:
 
 
 def unary(f, fn, a: V) -> V:
+    if hasattr(a, "operate"):  # a NumPy array (numpy_ops.NdarrayV)
+        return a.operate(f, fn, a)
     if isinstance(a, TensorV):
         return record(f.session, fn, (a,), {})
     if isinstance(a, Const):

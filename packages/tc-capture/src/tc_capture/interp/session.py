@@ -60,6 +60,11 @@ class ModeExit:
         return False
 
 
+# Readers of argument types a module above registers (``numpy_ops``: ``np.ndarray`` arguments as
+# tensors): type -> reader(session, value, source) -> V.
+WRAP_TYPES: dict[type, Any] = {}
+
+
 class Session:
     def __init__(self, name: str, slot_names: list[str], fullgraph: bool, dynamic: DynamicPolicy | None = None):
         self.graph = tc_ir.Graph(name)
@@ -112,6 +117,8 @@ class Session:
         if isinstance(value, torch.Tensor):
             return self._tensor_input(value, source)
         t = type(value)
+        if t in WRAP_TYPES:
+            return WRAP_TYPES[t](self, value, source)
         if t in _EQ_TYPES or isinstance(value, (torch.dtype, torch.device)):
             g.equals(source, value)
             return Const(value, source)

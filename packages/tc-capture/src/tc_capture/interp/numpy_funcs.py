@@ -1,0 +1,435 @@
+"""The NumPy functions and ndarray methods traced as torch ops (tables of ``numpy_ops``).
+
+Each handler binds NumPy's signature, asks NumPy for the result's dtype on stand-in arrays of the
+operands' dtypes (so its promotion rules, default dtypes and argument checks are NumPy's own),
+and records the torch ops computing the values. See ``numpy_ops`` for the value model.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from .base import Unsupported
+from .numpy_ops import (
+    _REQ,
+    _TORCH_OF_NP,
+    FUNCTIONS,
+    METHODS,
+    NdarrayV,
+    _array,
+    _ask_numpy,
+    _bind,
+    _cast,
+    _dtype_arg,
+    _is_array,
+    _result,
+    _weak,
+    np,
+    tensor_to_ndarray,
+    transpose,
+    ufunc_call,
+)
+from .pyops import realize_const
+from .record import record
+from .variables import Const, ListV, TensorV, TupleV, V
+
+_CONST_ARRAY_LIMIT = 4096  # items of a non-uniform constant array written into a graph
+
+
+def _rec(f, fn, *args, **kwargs) -> TensorV:
+    return record(f.session, fn, tuple(_v(a) for a in args), {k: _v(v) for k, v in kwargs.items()})
+
+
+def _v(x) -> V:
+    if isinstance(x, V):
+        return x
+    return ListV(x) if isinstance(x, list) and x and isinstance(x[0], V) else Const(x)
+
+
+def _stand_in(a: NdarrayV):
+    """A zero-memory array of ``a``'s dtype and shape (sizes as captured) to ask NumPy about."""
+    shape = tuple(int(s) for s in a.t.fake.shape)
+    return np.broadcast_to(np.empty((), a.dtype), shape)
+
+
+def _ask(fn, *args, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _ask_numpy(fn, *args, **kwargs)
+
+
+def _no_out(name: str, b: dict) -> None:
+    if realize_const(b.pop("out", Const(None))) is not None:
+        raise Unsupported(f"numpy.{name}(out=...) writes into an array")
+
+
+def _dims(axis, ndim: int) -> list[int]:
+    if axis is None:
+        return list(range(ndim))
+    axes = axis if isinstance(axis, tuple) else (axis,)
+    if not axes:
+        raise Unsupported("a NumPy reduction over axis=() (no axes)")
+    return sorted(a % ndim for a in axes)
+
+
+# ---- reductions ---------------------------------------------------------------------------------
+def _sum(f, t, dims, keep, dtype, b):
+    return _rec(f, torch.sum, _cast(f, t, dtype), dims, keepdim=keep) if dims else _cast(f, t, dtype)
+
+
+def _prod(f, t, dims, keep, dtype, b):
+    t = _cast(f, t, dtype)
+    for d in reversed(dims):
+        t = _rec(f, torch.prod, t, d, keepdim=keep)
+    return t
+
+
+def _mean(f, t, dims, keep, dtype, b):
+    compute = np.dtype("float32") if dtype == np.dtype("float16") else dtype
+    return _rec(f, torch.mean, _cast(f, t, compute), dims, keepdim=keep) if dims else _cast(f, t, compute)
+
+
+def _moment(fn):
+    def build(f, t, dims, keep, dtype, b):
+        compute = np.dtype("float32") if dtype == np.dtype("float16") else dtype
+        return _rec(f, fn, _cast(f, t, compute), dims, correction=realize_const(b["ddof"]), keepdim=keep)
+    return build
+
+
+def _extreme(fn):
+    def build(f, t, dims, keep, dtype, b):
+        return _rec(f, fn, t, dims, keepdim=keep) if dims else t
+    return build
+
+
+def _logical(fn):
+    def build(f, t, dims, keep, dtype, b):
+        return _rec(f, fn, t, tuple(dims), keepdim=keep) if dims else _cast(f, t, np.dtype(bool))
+    return build
+
+
+_REDUCE_PARAMS = (("a", _REQ), ("axis", None), ("dtype", None), ("out", None), ("keepdims", False))
+_NO_DTYPE = (("a", _REQ), ("axis", None), ("out", None), ("keepdims", False))
+_MOMENT = (("a", _REQ), ("axis", None), ("dtype", None), ("out", None), ("ddof", 0), ("keepdims", False))
+_REDUCTIONS = {  # name: (params, builder)
+    "sum": (_REDUCE_PARAMS, _sum), "prod": (_REDUCE_PARAMS, _prod), "mean": (_REDUCE_PARAMS, _mean),
+    "std": (_MOMENT, _moment(torch.std)), "var": (_MOMENT, _moment(torch.var)),
+    "max": (_NO_DTYPE, _extreme(torch.amax)), "min": (_NO_DTYPE, _extreme(torch.amin)),
+    "amax": (_NO_DTYPE, _extreme(torch.amax)), "amin": (_NO_DTYPE, _extreme(torch.amin)),
+    "any": (_NO_DTYPE, _logical(torch.any)), "all": (_NO_DTYPE, _logical(torch.all)),
+}
+
+
+def _reduction(name: str):
+    params, build = _REDUCTIONS[name]
+
+    def handler(f, args, kwargs) -> V:
+        b = _bind(name, params, args, kwargs)
+        _no_out(name, b)
+        a = _array(f, b.pop("a"), f"numpy.{name}")
+        opts = {k: realize_const(v) for k, v in b.items()}
+        if "dtype" in opts:
+            opts["dtype"] = _dtype_arg(Const(opts["dtype"]))
+        probe = _ask(getattr(np, name), np.empty((1,) * a.ndim, a.dtype), **opts)
+        dtype = np.asarray(probe).dtype
+        out = build(f, a.t, _dims(opts["axis"], a.ndim), bool(opts["keepdims"]), dtype, b)
+        return _result(_cast(f, out, dtype))
+
+    return handler
+
+
+def _arg_extreme(name: str, fn):
+    def handler(f, args, kwargs) -> V:
+        b = _bind(name, (("a", _REQ), ("axis", None), ("out", None), ("keepdims", False)), args, kwargs)
+        _no_out(name, b)
+        a = _array(f, b["a"], f"numpy.{name}")
+        axis, keep = realize_const(b["axis"]), bool(realize_const(b["keepdims"]))
+        _ask(getattr(np, name), np.empty((1,) * a.ndim, a.dtype), axis=axis, keepdims=keep)
+        if axis is None:
+            out = _rec(f, fn, _rec(f, torch.reshape, a.t, (-1,)), 0)
+            out = _rec(f, torch.reshape, out, (1,) * a.ndim) if keep else out
+        else:
+            out = _rec(f, fn, a.t, axis % a.ndim, keepdim=keep)
+        return _result(out)
+
+    return handler
+
+
+def _cumulative(name: str, fn):
+    def handler(f, args, kwargs) -> V:
+        b = _bind(name, (("a", _REQ), ("axis", None), ("dtype", None), ("out", None)), args, kwargs)
+        _no_out(name, b)
+        a = _array(f, b["a"], f"numpy.{name}")
+        axis, dtype = realize_const(b["axis"]), _dtype_arg(b["dtype"])
+        res = _ask(getattr(np, name), np.empty((1,) * a.ndim, a.dtype), axis=axis, dtype=dtype).dtype
+        t = _rec(f, torch.reshape, a.t, (-1,)) if axis is None else a.t
+        return _result(_rec(f, fn, _cast(f, t, res), 0 if axis is None else axis % a.ndim), scalar=False)
+
+    return handler
+
+
+# ---- shapes -------------------------------------------------------------------------------------
+def _shape_args(args) -> tuple:
+    """``a.reshape(2, 3)`` / ``a.reshape((2, 3))`` / ``a.transpose(1, 0)``: one tuple."""
+    values = [realize_const(x) for x in args]
+    return tuple(values[0]) if len(values) == 1 and isinstance(values[0], (tuple, list)) else tuple(values)
+
+
+def _reshape_to(f, a: NdarrayV, shape, order) -> V:
+    if realize_const(order) not in ("C", None):
+        raise Unsupported("numpy reshape with order other than 'C'")
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    return NdarrayV(_rec(f, torch.reshape, a.t, shape))
+
+
+def reshape(f, args, kwargs) -> V:
+    b = _bind("reshape", (("a", _REQ), ("shape", _REQ), ("order", "C")), args, kwargs)
+    return _reshape_to(f, _array(f, b["a"], "numpy.reshape"), realize_const(b["shape"]), b["order"])
+
+
+def method_reshape(f, args, kwargs) -> V:
+    a, order = args[0], kwargs.pop("order", Const("C"))
+    if kwargs:
+        raise Unsupported(f"ndarray.reshape with {sorted(kwargs)}")
+    return _reshape_to(f, a, _shape_args(args[1:]), order)
+
+
+def method_transpose(f, args, kwargs) -> V:
+    if kwargs:
+        raise Unsupported("ndarray.transpose with keywords")
+    axes = _shape_args(args[1:])
+    return transpose(f, [args[0], Const(axes or None)], {})
+
+
+def swapaxes(f, args, kwargs) -> V:
+    b = _bind("swapaxes", (("a", _REQ), ("axis1", _REQ), ("axis2", _REQ)), args, kwargs)
+    a = _array(f, b["a"], "numpy.swapaxes")
+    return NdarrayV(_rec(f, torch.transpose, a.t, realize_const(b["axis1"]), realize_const(b["axis2"])))
+
+
+def squeeze(f, args, kwargs) -> V:
+    b = _bind("squeeze", (("a", _REQ), ("axis", None)), args, kwargs)
+    a = _array(f, b["a"], "numpy.squeeze")
+    axis = realize_const(b["axis"])
+    shape = a.t.fake.shape
+    dims = [d for d in range(a.ndim) if shape[d] == 1] if axis is None else _dims(axis, a.ndim)
+    if any(shape[d] != 1 for d in dims):
+        raise Unsupported("numpy.squeeze of an axis whose size is not 1 (eager raises ValueError)")
+    return NdarrayV(_rec(f, torch.squeeze, a.t, tuple(dims)) if dims else a.t, a.scalar)
+
+
+def expand_dims(f, args, kwargs) -> V:
+    b = _bind("expand_dims", (("a", _REQ), ("axis", _REQ)), args, kwargs)
+    a = _array(f, b["a"], "numpy.expand_dims")
+    axis = realize_const(b["axis"])
+    axes = axis if isinstance(axis, tuple) else (axis,)
+    out = a.t
+    for d in sorted(x % (a.ndim + len(axes)) for x in axes):
+        out = _rec(f, torch.unsqueeze, out, d)
+    return NdarrayV(out)
+
+
+def ravel(f, args, kwargs) -> V:
+    b = _bind("ravel", (("a", _REQ), ("order", "C")), args, kwargs)
+    return _reshape_to(f, _array(f, b["a"], "numpy.ravel"), (-1,), b["order"])
+
+
+def _sequence(f, v: V, name: str) -> list[NdarrayV]:
+    if not isinstance(v, (ListV, TupleV)):
+        raise Unsupported(f"numpy.{name} of a {type(v).__name__} (a list or tuple of arrays is traced)")
+    return [_array(f, x, f"numpy.{name}") for x in v.items]
+
+
+def _joined(name: str, fn):
+    def handler(f, args, kwargs) -> V:
+        b = _bind(name, (("arrays", _REQ), ("axis", 0), ("out", None), ("dtype", None)), args, kwargs)
+        _no_out(name, b)
+        arrays, axis = _sequence(f, b["arrays"], name), realize_const(b["axis"])
+        dtype = _dtype_arg(b["dtype"])
+        probe = _ask(getattr(np, name), [_stand_in(a) for a in arrays], axis=axis, dtype=dtype)
+        ts = [_cast(f, a.t, probe.dtype) for a in arrays]
+        if axis is None:
+            ts, axis = [_rec(f, torch.reshape, t, (-1,)) for t in ts], 0
+        return NdarrayV(_rec(f, fn, ts, axis))
+
+    return handler
+
+
+# ---- elementwise beyond ufuncs --------------------------------------------------------------------
+def _operand(f, v: V, dtype, name: str) -> V:
+    if _is_array(v):
+        return _cast(f, _array(f, v, name).t, dtype)
+    value = _weak(v)
+    return Const(value.item() if isinstance(value, np.generic) else value)
+
+
+def _proxy_of(f, v: V, name: str):
+    return np.empty((0,), _array(f, v, name).dtype) if _is_array(v) else _weak(v)
+
+
+def where(f, args, kwargs) -> V:
+    if len(args) + len(kwargs) != 3:
+        raise Unsupported("numpy.where(condition) alone (its result's size depends on data)")
+    b = _bind("where", (("condition", _REQ), ("x", _REQ), ("y", _REQ)), args, kwargs)
+    cond = _array(f, b["condition"], "numpy.where")
+    dtype = _ask(np.where, np.empty((0,), bool), _proxy_of(f, b["x"], "numpy.where"),
+                 _proxy_of(f, b["y"], "numpy.where")).dtype
+    x, y = (_operand(f, b[k], dtype, "numpy.where") for k in ("x", "y"))
+    if not isinstance(x, TensorV) and not isinstance(y, TensorV):
+        x = _rec(f, torch.full_like, cond.t, x.value, dtype=_TORCH_OF_NP[dtype])
+    out = _rec(f, torch.where, _cast(f, cond.t, np.dtype(bool)), x, y)
+    return NdarrayV(_cast(f, out, dtype))
+
+
+def clip(f, args, kwargs) -> V:
+    b = _bind("clip", (("a", _REQ), ("a_min", None), ("a_max", None), ("out", None), ("min", None),
+                       ("max", None)), args, kwargs)
+    _no_out("clip", b)
+    lo, hi = _bound(b, "a_min", "min"), _bound(b, "a_max", "max")
+    a = _array(f, b["a"], "numpy.clip")
+    dtype = _ask(np.clip, np.empty((0,), a.dtype), *(None if v is None else _proxy_of(f, v, "numpy.clip")
+                                                    for v in (lo, hi))).dtype
+    t = _cast(f, a.t, dtype)
+    lo, hi = (Const(None) if v is None else _operand(f, v, dtype, "numpy.clip") for v in (lo, hi))
+    return _result(_rec(f, torch.clamp, t, lo, hi))
+
+
+def _bound(b: dict, name: str, alias: str) -> V | None:
+    for v in (b[name], b[alias]):
+        if not (isinstance(v, Const) and v.value is None):
+            return v
+    return None
+
+
+def dot(f, args, kwargs) -> V:
+    b = _bind("dot", (("a", _REQ), ("b", _REQ), ("out", None)), args, kwargs)
+    _no_out("dot", b)
+    x, y = b["a"], b["b"]
+    ranks = [_array(f, v, "numpy.dot").ndim if _is_array(v) else 0 for v in (x, y)]
+    if 0 in ranks:
+        return ufunc_call(f, np.multiply, [x, y], {})
+    if max(ranks) > 2:
+        raise Unsupported("numpy.dot of arrays with more than 2 dimensions")
+    return ufunc_call(f, np.matmul, [x, y], {})
+
+
+# ---- dtypes, copies, new arrays -------------------------------------------------------------------
+def astype(f, args, kwargs) -> V:
+    b = _bind("astype", (("a", _REQ), ("dtype", _REQ), ("order", "K"), ("casting", "unsafe"), ("subok", True),
+                         ("copy", True)), args, kwargs)
+    a, dtype = b["a"], _dtype_arg(b["dtype"])
+    if realize_const(b["casting"]) != "unsafe" or realize_const(b["order"]) not in ("K", "C"):
+        raise Unsupported("ndarray.astype with casting= or order=")
+    t = _cast(f, a.t, dtype)
+    return NdarrayV(_rec(f, torch.clone, t) if t is a.t else t, a.scalar)
+
+
+def copy(f, args, kwargs) -> V:
+    b = _bind("copy", (("a", _REQ), ("order", "K")), args, kwargs)
+    a = _array(f, b["a"], "numpy.copy")
+    return NdarrayV(_rec(f, torch.clone, a.t), a.scalar)
+
+
+def asarray(f, args, kwargs) -> V:
+    b = _bind("asarray", (("a", _REQ), ("dtype", None), ("order", None), ("copy", None)), args, kwargs)
+    return _to_array(f, b, copy=realize_const(b["copy"]) is True)
+
+
+def array(f, args, kwargs) -> V:
+    b = _bind("array", (("object", _REQ), ("dtype", None), ("copy", True), ("order", "K")), args, kwargs)
+    b["a"] = b.pop("object")
+    return _to_array(f, b, copy=realize_const(b["copy"]) is not False)
+
+
+def _to_array(f, b: dict, copy: bool) -> V:
+    if realize_const(b["order"]) not in (None, "K", "C", "A"):
+        raise Unsupported("numpy.asarray with order='F'")
+    v, dtype = b["a"], _dtype_arg(b["dtype"])
+    if not _is_array(v):
+        return _constant(f, np.asarray, [Const(realize_const(v))], {"dtype": Const(dtype)})
+    a = v if isinstance(v, NdarrayV) else tensor_to_ndarray(f, v, "numpy.asarray")
+    if a.scalar:
+        raise Unsupported("numpy.asarray of a NumPy scalar")
+    t = a.t if dtype is None else _cast(f, a.t, dtype)
+    if copy and t is a.t:
+        t = _rec(f, torch.clone, t)
+    return a if t is a.t else NdarrayV(t)
+
+
+def _like(name: str):
+    def handler(f, args, kwargs) -> V:
+        params = (("a", _REQ),) + ((("fill_value", _REQ),) if name == "full_like" else ()) + (("dtype", None),)
+        b = _bind(name, params, args, kwargs)
+        a = _array(f, b["a"], f"numpy.{name}")
+        dtype = _dtype_arg(b["dtype"]) or a.dtype
+        fill = {"zeros_like": 0, "ones_like": 1}.get(name)
+        fill = _ask(np.asarray, _weak(b["fill_value"]) if fill is None else fill, dtype=dtype).item()
+        return NdarrayV(_rec(f, torch.full_like, a.t, fill, dtype=_TORCH_OF_NP[dtype]), a.scalar)
+
+    return handler
+
+
+def _constant(f, fn, args, kwargs) -> V:
+    """A NumPy constructor of constants only (``np.arange(3)``, ``np.zeros((2, 3))``): run for real
+    now (NumPy's dtype and values) and written into the graph as a new tensor."""
+    try:
+        values = [realize_const(a) for a in args], {k: realize_const(v) for k, v in kwargs.items()}
+    except Unsupported:
+        raise Unsupported(f"numpy.{fn.__name__} of values not known at capture time") from None
+    arr = np.asarray(_ask(fn, *values[0], **values[1]))
+    if arr.dtype not in _TORCH_OF_NP:
+        raise Unsupported(f"numpy.{fn.__name__} gives dtype {arr.dtype}, which has no torch equivalent here")
+    dtype = _TORCH_OF_NP[arr.dtype]
+    flat = arr.ravel()
+    if flat.size and (flat == flat[0]).all() or flat.size == 0:
+        first = flat[0].item() if flat.size else 0
+        return NdarrayV(_rec(f, torch.full, tuple(arr.shape), first, dtype=dtype))
+    if flat.size > _CONST_ARRAY_LIMIT:
+        raise Unsupported(f"numpy.{fn.__name__} makes a constant array of {flat.size} items")
+    return NdarrayV(_rec(f, torch.reshape, _rec(f, torch.tensor, flat.tolist(), dtype=dtype), tuple(arr.shape)))
+
+
+def _constructor(fn):
+    def handler(f, args, kwargs) -> V:
+        if any(_is_array(a) for a in [*args, *kwargs.values()]):
+            raise Unsupported(f"numpy.{fn.__name__} given an array")
+        return _constant(f, fn, args, kwargs)
+    return handler
+
+
+def _unsupported_method(name: str):
+    def handler(f, args, kwargs) -> V:
+        raise Unsupported(f"ndarray.{name}() hands array data to Python or writes into it")
+    return handler
+
+
+def _fill_tables() -> None:
+    for name in _REDUCTIONS:
+        FUNCTIONS[getattr(np, name)] = _reduction(name)
+        if hasattr(np.ndarray, name):
+            METHODS[name] = _reduction(name)
+    for name, fn in (("argmax", torch.argmax), ("argmin", torch.argmin)):
+        METHODS[name] = FUNCTIONS[getattr(np, name)] = _arg_extreme(name, fn)
+    for name, fn in (("cumsum", torch.cumsum), ("cumprod", torch.cumprod)):
+        METHODS[name] = FUNCTIONS[getattr(np, name)] = _cumulative(name, fn)
+    FUNCTIONS.update({np.reshape: reshape, np.transpose: transpose, np.swapaxes: swapaxes, np.squeeze: squeeze,
+                      np.expand_dims: expand_dims, np.ravel: ravel, np.where: where, np.clip: clip,
+                      np.dot: dot, np.copy: copy, np.asarray: asarray, np.array: array,
+                      np.concatenate: _joined("concatenate", torch.cat), np.stack: _joined("stack", torch.stack)})
+    for name in ("zeros_like", "ones_like", "full_like"):
+        FUNCTIONS[getattr(np, name)] = _like(name)
+    for fn in (np.arange, np.linspace, np.zeros, np.ones, np.full, np.eye, np.identity):
+        FUNCTIONS[fn] = _constructor(fn)
+    METHODS.update({"reshape": method_reshape, "transpose": method_transpose, "swapaxes": swapaxes,
+                    "squeeze": squeeze, "ravel": ravel, "flatten": ravel, "clip": clip, "dot": dot,
+                    "astype": astype, "copy": copy})
+    for name in ("item", "tolist", "tobytes", "fill", "sort", "resize", "put", "setfield"):
+        METHODS[name] = _unsupported_method(name)
+    for name, handler in METHODS.items():
+        FUNCTIONS[getattr(np.ndarray, name)] = handler
+
+
+if np is not None:
+    _fill_tables()
