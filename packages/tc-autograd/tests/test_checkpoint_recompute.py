@@ -154,6 +154,18 @@ def test_region_is_recomputed_not_saved(name):
     assert_matches(run_both(PROGRAMS[name], module, ckpt, torch.randn(32, 64), 3))
 
 
+def test_each_region_is_recomputed_just_before_its_backward():
+    """Regions' inputs are saved (as eager's checkpoint keeps them) and the backward recomputes
+    one region at a time: between two recomputed matmuls lies a gradient of the later layer."""
+    torch.manual_seed(0)
+    module, x = Stack(), torch.randn(32, 64, requires_grad=True)
+    ckpt = compile_program(per_layer, module, x)
+    saved = [n for n in ckpt.last.partition.saved if n.op != "input"]
+    assert [n.target for n in saved] == [aten.gelu.default] * 3  # the inputs of layers 1..3
+    kinds = [n.target for n in ckpt.backward_graph.calls if n.target in (aten.addmm.default, aten.gelu_backward.default)]
+    assert kinds == [aten.addmm.default, aten.gelu_backward.default] * 4
+
+
 def test_dropout_mask_is_the_forwards_draw():
     """Dropout inside the regions: the forward's mask is saved (bool), the backward draws
     nothing and recomputes the rest; values and grads are eager's under the same seed."""

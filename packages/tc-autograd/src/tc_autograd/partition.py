@@ -14,7 +14,8 @@ be recomputed in the backward instead of saved.
 Both honour checkpoint regions (:mod:`tc_autograd.checkpoint`): a node tagged
 ``meta["recompute"]`` that :func:`~tc_autograd.checkpoint.must_recompute` names is never saved
 (``save_all`` treats it as backward work; ``min_cut`` neither ties it to the source nor lets the
-cut cross it at a cost below ``UNSAVABLE``), so the backward recomputes it from the region's inputs.
+cut cross it at a cost below ``UNSAVABLE``), so the backward recomputes it from the region's inputs;
+``min_cut`` ties the regions' results read outside them to the source (saved when needed).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import torch
 
 import tc_ir
 
-from .checkpoint import must_recompute
+from .checkpoint import backward_order, classify, must_recompute
 from .functionalize import is_view_op
 
 if TYPE_CHECKING:
@@ -125,14 +126,14 @@ def min_cut(joint: tc_ir.Graph, dag: nx.DiGraph) -> list[tc_ir.Node]:
     primals, tangents = _roles(joint)
     forward = _ancestors(dag, tc_ir.nodes_in(values))
     needs_tangent = set(tangents) | {d for t in tangents for d in nx.descendants(dag, t)}
-    banned = must_recompute(joint)
+    banned, boundary = classify(joint)
     flow = nx.DiGraph()
     for node in joint.nodes:
         name_in, name_out = ("in", node), ("out", node)
         if node in needs_tangent:
             flow.add_edge(name_in, "sink")
-        if node in primals or (node in forward and node.op == "call" and not is_recomputable(node)
-                               and node not in banned):
+        if node in primals or node in boundary or (node in forward and node.op == "call"
+                                                   and not is_recomputable(node) and node not in banned):
             flow.add_edge("source", name_in)
         # One byte more for non-inputs: on a tie, save the input (alive anyway) over a copy of it.
         weight = nbytes(node) + (0 if node.op == "input" else 1)
@@ -161,12 +162,16 @@ def partition(joint: tc_ir.Graph, strategy: str = "min_cut") -> Partition:
     values, grads = joint.outputs
     primals, tangents = _roles(joint)
     forward = subgraph(joint, f"{joint.name}_forward", primals, tuple(values) + tuple(saved))
-    backward = subgraph(joint, f"{joint.name}_backward", saved + tangents, grads)
+    # With checkpoint regions, each recomputed node goes just before its first use.
+    order = backward_order(joint, saved) if any("recompute" in n.meta for n in joint.calls) else None
+    backward = subgraph(joint, f"{joint.name}_backward", saved + tangents, grads, order)
     return Partition(tc_ir.dce(forward), tc_ir.dce(backward), saved)
 
 
-def subgraph(graph: tc_ir.Graph, name: str, inputs: list[tc_ir.Node], outputs: Any) -> tc_ir.Graph:
-    """A graph taking ``inputs`` (in order) and computing ``outputs`` from them with ``graph``'s nodes."""
+def subgraph(graph: tc_ir.Graph, name: str, inputs: list[tc_ir.Node], outputs: Any,
+             order: list[tc_ir.Node] | None = None) -> tc_ir.Graph:
+    """A graph taking ``inputs`` (in order) and computing ``outputs`` from them with ``graph``'s
+    nodes, in ``graph``'s order or in ``order`` (a topological order of its nodes)."""
     dag = tc_ir.dependency_graph(graph)
     needed = _ancestors(dag, tc_ir.nodes_in(outputs), stop=set(inputs))
     new = tc_ir.Graph(name)
@@ -174,7 +179,7 @@ def subgraph(graph: tc_ir.Graph, name: str, inputs: list[tc_ir.Node], outputs: A
     for node in inputs:
         mapping[node] = new.input(node.name, node.spec)
         mapping[node].meta.update(node.meta)
-    for node in graph.nodes:
+    for node in order or graph.nodes:
         if node not in needed or node in mapping:
             continue
         if node.op == "input":
