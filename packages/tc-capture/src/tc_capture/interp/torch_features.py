@@ -5,10 +5,14 @@
   operands); ``ctx`` is a plain object of :class:`FunctionCtx` while capturing, so what the
   forward stores on it (``save_for_backward``, attributes, ``mark_non_differentiable``) is what
   the backward reads. Tensors the backward reads are carried as saved outputs of the forward.
-* ``torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False)``: ``fn``'s ops are traced
-  into the graph as ordinary ops — the same values and gradients as eager (the region's RNG is
-  drawn once, as eager's recompute replays it), but its activations are saved for the backward,
-  not recomputed (more memory, no recompute).
+* ``torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False)``: ``fn`` is inlined and
+  every call node it adds carries ``meta["recompute"] = <region id>`` (ids count per graph; a
+  nested call's nodes take the outermost region's id). tc_autograd carries the tag onto the ATen
+  nodes those ops trace to, and its partitioner saves the region's inputs, not its activations:
+  the backward graph recomputes the region. Random ops in a region keep the forward's draw (the
+  dropout mask is saved and the recompute reads it, where eager replays the RNG state), so values
+  and gradients are eager's. ``use_reentrant=True`` (or unset) and ``context_fn=`` (selective
+  checkpointing) are graph breaks: they run in Python.
 * ``torch.compiler.disable`` / ``torch._dynamo.disable``: a break around the call, which runs
   in Python (read from the markers they leave on the wrapper: tc never imports Dynamo).
 * ``torch.compiler.allow_in_graph``: the function becomes one graph node (read from Dynamo's
@@ -107,7 +111,17 @@ def _checkpoint(f, fn: Const, args, kwargs) -> V:
     context = options.get("context_fn")
     if context is not None and context.value is not torch.utils.checkpoint.noop_context_fn:
         raise Unsupported("checkpoint(context_fn=...) (selective checkpointing) runs in Python")
-    return call_function(f, args[0], list(args[1:]), rest)
+    graph = f.session.graph
+    before = set(graph.nodes)
+    result = call_function(f, args[0], list(args[1:]), rest)
+    # Every op traced inside the region (nested regions included: the outer call tags last, so
+    # the whole outer region is one) is recomputed in the backward rather than saved.
+    # Ids count per graph, so the same program always gets the same tags (the trace cache's key).
+    region = 1 + max((n.meta.get("recompute", 0) for n in graph.nodes), default=0)
+    for node in graph.nodes:
+        if node.op == "call" and node not in before:
+            node.meta["recompute"] = region
+    return result
 
 
 # ---- autograd.Function ------------------------------------------------------------------------
