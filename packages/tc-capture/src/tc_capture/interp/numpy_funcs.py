@@ -100,8 +100,13 @@ def _moment(fn):
 
 def _extreme(fn):
     def build(f, t, dims, keep, dtype, b):
-        return _rec(f, fn, t, dims, keepdim=keep) if dims else t
+        return _rec(f, fn, _no_bool(f, t), dims, keepdim=keep) if dims else t
     return build
+
+
+def _no_bool(f, t: TensorV) -> TensorV:
+    """torch's max/argmax kernels take no bool: the same order on uint8 (the result is cast back)."""
+    return _cast(f, t, np.dtype(np.uint8)) if t.fake.dtype == torch.bool else t
 
 
 def _logical(fn):
@@ -147,11 +152,12 @@ def _arg_extreme(name: str, fn):
         a = _array(f, b["a"], f"numpy.{name}")
         axis, keep = realize_const(b["axis"]), bool(realize_const(b["keepdims"]))
         _ask(getattr(np, name), np.empty((1,) * a.ndim, a.dtype), axis=axis, keepdims=keep)
+        t = _no_bool(f, a.t)
         if axis is None:
-            out = _rec(f, fn, _rec(f, torch.reshape, a.t, (-1,)), 0)
+            out = _rec(f, fn, _rec(f, torch.reshape, t, (-1,)), 0)
             out = _rec(f, torch.reshape, out, (1,) * a.ndim) if keep else out
         else:
-            out = _rec(f, fn, a.t, axis % a.ndim, keepdim=keep)
+            out = _rec(f, fn, t, axis % a.ndim, keepdim=keep)
         return _result(out)
 
     return handler
@@ -239,7 +245,7 @@ def ravel(f, args, kwargs) -> V:
 def _sequence(f, v: V, name: str) -> list[NdarrayV]:
     if not isinstance(v, (ListV, TupleV)):
         raise Unsupported(f"numpy.{name} of a {type(v).__name__} (a list or tuple of arrays is traced)")
-    return [_array(f, x, f"numpy.{name}") for x in v.items]
+    return [_array(f, x, f"numpy.{name}", tensors=True) for x in v.items]
 
 
 def _joined(name: str, fn):
@@ -260,20 +266,20 @@ def _joined(name: str, fn):
 # ---- elementwise beyond ufuncs --------------------------------------------------------------------
 def _operand(f, v: V, dtype, name: str) -> V:
     if _is_array(v):
-        return _cast(f, _array(f, v, name).t, dtype)
+        return _cast(f, _array(f, v, name, tensors=True).t, dtype)
     value = _weak(v)
     return Const(value.item() if isinstance(value, np.generic) else value)
 
 
 def _proxy_of(f, v: V, name: str):
-    return np.empty((0,), _array(f, v, name).dtype) if _is_array(v) else _weak(v)
+    return np.empty((0,), _array(f, v, name, tensors=True).dtype) if _is_array(v) else _weak(v)
 
 
 def where(f, args, kwargs) -> V:
     if len(args) + len(kwargs) != 3:
         raise Unsupported("numpy.where(condition) alone (its result's size depends on data)")
     b = _bind("where", (("condition", _REQ), ("x", _REQ), ("y", _REQ)), args, kwargs)
-    cond = _array(f, b["condition"], "numpy.where")
+    cond = _array(f, b["condition"], "numpy.where", tensors=True)
     dtype = _ask(np.where, np.empty((0,), bool), _proxy_of(f, b["x"], "numpy.where"),
                  _proxy_of(f, b["y"], "numpy.where")).dtype
     x, y = (_operand(f, b[k], dtype, "numpy.where") for k in ("x", "y"))
@@ -289,6 +295,8 @@ def clip(f, args, kwargs) -> V:
     _no_out("clip", b)
     lo, hi = _bound(b, "a_min", "min"), _bound(b, "a_max", "max")
     a = _array(f, b["a"], "numpy.clip")
+    if any(isinstance(v, TensorV) for v in (lo, hi)):
+        raise Unsupported("numpy.clip with tensor bounds")
     dtype = _ask(np.clip, np.empty((0,), a.dtype), *(None if v is None else _proxy_of(f, v, "numpy.clip")
                                                     for v in (lo, hi))).dtype
     t = _cast(f, a.t, dtype)
@@ -306,8 +314,10 @@ def _bound(b: dict, name: str, alias: str) -> V | None:
 def dot(f, args, kwargs) -> V:
     b = _bind("dot", (("a", _REQ), ("b", _REQ), ("out", None)), args, kwargs)
     _no_out("dot", b)
-    x, y = b["a"], b["b"]
-    ranks = [_array(f, v, "numpy.dot").ndim if _is_array(v) else 0 for v in (x, y)]
+    # np.dot converts its operands to arrays: a Python number is a strong (int64/float64) scalar
+    x, y = (_array(f, v, "numpy.dot", tensors=True) if _is_array(v) else Const(np.asarray(_weak(v))[()])
+            for v in (b["a"], b["b"]))
+    ranks = [v.ndim if isinstance(v, NdarrayV) else 0 for v in (x, y)]
     if 0 in ranks:
         return ufunc_call(f, np.multiply, [x, y], {})
     if max(ranks) > 2:
@@ -429,6 +439,8 @@ def _fill_tables() -> None:
         METHODS[name] = _unsupported_method(name)
     for name, handler in METHODS.items():
         FUNCTIONS[getattr(np.ndarray, name)] = handler
+        if hasattr(np.generic, name):  # the same methods of NumPy scalars
+            FUNCTIONS[getattr(np.generic, name)] = handler
 
 
 if np is not None:

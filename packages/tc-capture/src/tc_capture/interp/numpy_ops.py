@@ -158,11 +158,15 @@ def from_numpy_call(f, fn, args, kwargs) -> V | None:
 
 
 # ---- operands -----------------------------------------------------------------------------------
-def _array(f, v: V, what: str) -> NdarrayV:
-    """An operand that NumPy would turn into an array: ndarrays, tensors (their ``__array__``)."""
+def _array(f, v: V, what: str, tensors: bool = False) -> NdarrayV:
+    """An array operand. A tensor is one (through its ``__array__``) only for the functions that
+    convert their arguments (``tensors``: C functions such as ``np.where``, ``np.concatenate``);
+    the others call the tensor's own method in eager (``np.sum(t)`` is ``t.sum(axis=...)``)."""
     if isinstance(v, NdarrayV):
         return v
     if isinstance(v, TensorV):
+        if not tensors:
+            raise Unsupported(f"{what} of a tensor (eager calls the tensor's own method)")
         return tensor_to_ndarray(f, v, f"{what} of a tensor")
     raise Unsupported(f"{what} of a {type(v).__name__} (only arrays and tensors are traced)")
 
@@ -243,30 +247,59 @@ _UFUNCS = {
 # truncates 1/x; torch raises or promotes. Traced only with a nonzero constant divisor / not at all.
 _INT_DIVISION = {"floor_divide", "remainder"}
 _FLOAT_ONLY = {"reciprocal"}
+_BOOL_NATIVE = {"equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and", "logical_or",
+                "logical_xor", "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor", "invert", "isnan", "isinf",
+                "isfinite"}
 
 
-def ufunc_call(f, uf, args, kwargs) -> V:
+def ufunc_call(f, uf, args, kwargs, probe=None) -> V:
+    """``uf(*args)`` (``probe``: the Python operator written, whose NumPy fast paths may pick
+    another loop: ``bool_array ** 2`` is ``np.square``, int8)."""
     name = uf.__name__
     if kwargs:
         raise Unsupported(f"numpy.{name} with keyword arguments {sorted(kwargs)}")
     if uf.nout != 1 or name not in _UFUNCS or len(args) != uf.nin:
         raise Unsupported(f"numpy.{name} is not traced (no torch equivalent mapped)")
-    operands = [_array(f, a, f"numpy.{name}") if _is_array(a) else _weak(a) for a in args]
-    loop = _ask_numpy(uf.resolve_dtypes, tuple(o.dtype if isinstance(o, NdarrayV) else type(o)
-                                                if type(o) in _WEAK else o.dtype for o in operands) + (None,))
-    _ask_numpy(uf, *[_proxy(o) for o in operands])  # NumPy's own checks (an int out of range)
-    _check_int_loop(name, loop, operands)
+    operands = [_array(f, a, f"numpy.{name}", tensors=True) if _is_array(a) else _weak(a) for a in args]
     if not any(isinstance(o, NdarrayV) for o in operands):
         raise Unsupported(f"numpy.{name} of constants only")
-    torch_args = [_cast(f, o.t, d) if isinstance(o, NdarrayV) else _scalar_tensor(f, o, d) for o, d in zip(operands, loop)]
-    out = record(f.session, _UFUNCS[name], tuple(torch_args), {})
-    return _result(_cast(f, out, loop[-1]))
+    out_dtype = _ask_numpy(probe or uf, *[_proxy(o) for o in operands]).dtype  # NumPy's checks too
+    loop = _loop(uf, operands, out_dtype)
+    _check_int_loop(name, loop, operands)
+    # torch has no bool kernel for many ops (abs, sign, maximum...): such a bool loop runs on uint8
+    # (NumPy's bool results are 0/1 alike) and its result is cast back.
+    compute = [np.dtype(np.uint8) if d.kind == "b" and name not in _BOOL_NATIVE else d for d in loop[:-1]]
+    torch_args = [_cast(f, o.t, d) if isinstance(o, NdarrayV) else _scalar_tensor(f, o, d)
+                  for o, d in zip(operands, compute)]
+    out = _cast(f, record(f.session, _UFUNCS[name], tuple(torch_args), {}), out_dtype)
+    if any(isinstance(a, TensorV) for a in args):  # eager wraps it back: Tensor.__array_wrap__
+        return _cast(f, out, np.dtype(np.uint8)) if out_dtype.kind == "b" else out
+    return _result(out)
+
+
+def _loop(uf, operands, out_dtype) -> tuple:
+    """The dtypes of ``uf``'s loop: NumPy's resolution with Python numbers weak; where it gives
+    another result than NumPy's call did (a bool array and a Python int), with the numbers typed."""
+    def resolve(typed: bool):
+        dts = [o.dtype if isinstance(o, NdarrayV) else np.asarray(o).dtype if typed or type(o) not in _WEAK
+               else type(o) for o in operands]
+        return _ask_numpy(uf.resolve_dtypes, (*dts, None))
+
+    loop = resolve(False)
+    if loop[-1] != out_dtype:
+        loop = resolve(True)
+    if loop[-1] != out_dtype and loop[-1].kind != "b":
+        loop = (out_dtype,) * (len(operands) + 1)
+    return loop
 
 
 def _scalar_tensor(f, value, dtype) -> TensorV:
     """A constant operand as a 0-d tensor of its loop dtype (NumPy casts it to the loop's dtype;
     several torch ops take no Python number)."""
     value = value.item() if isinstance(value, np.generic) else value
+    if type(value) is int and dtype.kind in "iu" and not np.iinfo(dtype).min <= value <= np.iinfo(dtype).max:
+        # NumPy compares such a number exactly (``uint8_array > -10``); cast, it would wrap
+        raise Unsupported(f"a Python int ({value}) out of the range of a NumPy {dtype} operation")
     return record(f.session, torch.full, (Const(()), Const(value)), {"dtype": Const(_TORCH_OF_NP[np.dtype(dtype)])})
 
 
@@ -301,7 +334,7 @@ def _operator(f, fn, operands) -> V:
     name = _OPERATORS.get(fn)
     if name is None:
         raise Unsupported(f"operator {getattr(fn, '__name__', fn)} on a NumPy array")
-    return ufunc_call(f, getattr(np, name), list(operands), {})
+    return ufunc_call(f, getattr(np, name), list(operands), {}, probe=fn)
 
 
 # ---- attributes, methods, indexing ----------------------------------------------------------------
@@ -319,11 +352,11 @@ def _attr(f, a: NdarrayV, name: str) -> V | None:
         return Const(a.dtype.itemsize * (1 if name == "itemsize" else fake.numel()))
     if name == "T":
         return transpose(f, [a], {})
-    method = getattr(np.ndarray if not a.scalar else a.dtype.type, name, None)
-    if method is None:
+    owner = np.generic if a.scalar else np.ndarray  # the class whose method descriptor eager binds
+    if getattr(owner, name, None) is None:
         return None
     if name in METHODS:
-        return BoundV(Const(getattr(np.ndarray, name)), a)
+        return BoundV(Const(getattr(owner, name)), a)
     raise Unsupported(f"ndarray.{name} is not traced")
 
 
