@@ -137,10 +137,8 @@ def test_conv_net_with_batch_norm_dynamic_true_eval():
     assert _entries(cm) == 1
 
 
-# Known gaps below the capture layer (findings filed): training batch norm's variance correction
-# is a SymFloat argument tc_autograd refuses; tc_inductor cannot print a stride Max(1, s - 2)
-# (a valid conv or a max-pool over a symbolic image size).
-@pytest.mark.xfail(strict=True, reason="tc_autograd: symbolic SymFloat op argument (batch norm, training)")
+# Training batch norm's variance correction is a SymFloat argument (tc_ir.spec.SizeFloat); a valid
+# conv or a max-pool over a symbolic image size gives contiguous strides Max(1, s - 2).
 def test_conv_net_with_batch_norm_training():
     torch.manual_seed(0)
     m = conv_net(norm=True)
@@ -149,7 +147,6 @@ def test_conv_net_with_batch_norm_training():
         _check(cm, m, torch.randn(B, 3, H, H))
 
 
-@pytest.mark.xfail(strict=True, reason="tc_inductor: cannot print index Max(1, ...) of a symbolic stride")
 def test_conv_net_with_max_pool():
     torch.manual_seed(0)
     m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.MaxPool2d(2), nn.Flatten(1))

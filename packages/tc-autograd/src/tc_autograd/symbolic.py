@@ -81,6 +81,7 @@ class Symbols:
         self.hints: dict[sympy.Symbol, int] = {s: hints[s] for s in ours}
         self.to_env: dict[sympy.Symbol, sympy.Expr] = {}
         self.pinned: list[sympy.Expr] = []  # symbols the ShapeEnv specialised at creation (0/1)
+        self.assumed: list[sympy.Basic] = []  # relations :meth:`settled` relied on (``e >= 1``)
         for s in ours:
             made = self.env.create_symbol(self.hints[s], source=_SizeSource(s.name), dynamic_dim=DimDynamic.DYNAMIC)
             self.to_env[s] = made
@@ -142,18 +143,51 @@ class Symbols:
             else plain_sympy(expr).xreplace(self.from_env)
 
     def value(self, v: Any) -> Any:
-        """A node argument as tc_ir holds it: SymInts as expressions over our symbols."""
+        """A node argument as tc_ir holds it: SymInts as expressions over our symbols, SymFloats
+        as ``tc_ir.spec.SizeFloat`` of an exact rational expression over them."""
         if isinstance(v, torch.SymInt):
-            return self.ours(v)
-        if isinstance(v, (torch.SymFloat, torch.SymBool)):
-            raise NotImplementedError(f"tc_autograd: a symbolic {type(v).__name__} ({v}) as an op argument")
+            return self.settled(self.ours(v))
+        if isinstance(v, torch.SymFloat):
+            return self.size_float(v)
+        if isinstance(v, torch.SymBool):
+            raise NotImplementedError(f"tc_autograd: a symbolic SymBool ({v}) as an op argument")
         if isinstance(v, sympy.Expr):
-            return self.ours(v)
+            return self.settled(self.ours(v))
         return v
+
+    def size_float(self, v: torch.SymFloat) -> sympy.Expr:
+        """A SymFloat (batch norm's ``n / (n - 1)``, ``1 / n``) as ``SizeFloat(e)``: ``e`` rational
+        over our symbols, so one correctly rounded division at run time gives what eager's double
+        arithmetic gives (exactly, where that was one rounding)."""
+        expr = self.env.replace(v.node.expr)
+        unknown = expr.free_symbols - set(self.from_env)
+        if unknown:
+            raise NotImplementedError(f"tc_autograd: a float the trace made ({expr}) uses symbols of no input")
+        return tc_ir.spec.SizeFloat(_exact_rational(expr).xreplace(self.from_env))
+
+    def settled(self, expr: Any) -> Any:
+        """``expr`` with each ``Max(1, e)`` (torch's contiguous stride over a size only known
+        ``>= 0``: ``s - 2`` after a valid conv, ``floor(s/2) - 1`` after a pool) written ``e``
+        where ``e >= 1`` at the traced sizes; the guard ``e >= 1`` is recorded (a size 0 traces
+        again and keeps the ``Max``). Index math then simplifies as over a static contiguous tensor."""
+        if not isinstance(expr, sympy.Expr) or not expr.has(sympy.Max):
+            return expr
+        return expr.replace(lambda e: isinstance(e, sympy.Max) and len(e.args) == 2 and sympy.S.One in e.args,
+                            self._max_one)
+
+    def _max_one(self, e: sympy.Max) -> sympy.Expr:
+        other = e.args[1] if e.args[0] == 1 else e.args[0]
+        if int(other.xreplace(self.hints)) < 1:
+            return e
+        relation = sympy.Ge(other, 1)
+        if relation is not sympy.true and relation not in self.assumed:
+            self.assumed.append(relation)
+        return other
 
     def spec(self, spec: Any) -> Any:
         if isinstance(spec, tc_ir.TensorSpec) and not spec.is_static:
-            return spec.with_(shape=tuple(map(self.ours, spec.shape)), stride=tuple(map(self.ours, spec.stride)))
+            return spec.with_(shape=tuple(self.settled(self.ours(d)) for d in spec.shape),
+                              stride=tuple(self.settled(self.ours(d)) for d in spec.stride))
         if isinstance(spec, tc_ir.ScalarSpec) and isinstance(spec.expr, sympy.Expr):
             return tc_ir.ScalarSpec(spec.type, self.ours(spec.expr))
         if isinstance(spec, tuple):
@@ -173,7 +207,7 @@ class Symbols:
     def guards(self) -> list[sympy.Basic]:
         """Every relation between sizes the trace relied on, over our symbols (``s >= 2`` left out:
         that holds for every symbol by the contract)."""
-        found: list[sympy.Basic] = list(self.pinned)
+        found: list[sympy.Basic] = list(self.pinned) + list(self.assumed)
         relations = [g.expr for g in self.env.guards]
         relations += [sympy.Eq(k, v) for k, v in self.env.replacements.items() if k in self.from_env]
         for relation in relations:
@@ -193,6 +227,32 @@ def plain_sympy(expr: sympy.Basic) -> sympy.Basic:
         return tc_ir.spec.plain_size_expr(expr)
     except tc_ir.spec.SizeExprError as e:
         raise NotImplementedError(f"tc_autograd: {e}") from None
+
+
+# SymFloat expressions: torch's float functions over sizes, as exact rationals.
+_FLOAT_FUNCS: dict[str, Any] = {
+    "ToFloat": lambda a: a,
+    "FloatTrueDiv": lambda a, b: a / b,
+    "IntTrueDiv": lambda a, b: a / b,
+}
+
+
+def _exact_rational(expr: sympy.Basic) -> sympy.Expr:
+    """A SymFloat's expression as an exact rational one (float constants as their exact binary
+    value); integer sub-expressions through :func:`plain_sympy`. Anything else (powers, roots of
+    sizes) has no exact form: NotImplementedError, and the caller runs the graph eagerly."""
+    if isinstance(expr, sympy.Float):
+        return sympy.Rational(float(expr))
+    if isinstance(expr, (sympy.Integer, sympy.Rational, sympy.Symbol)):
+        return expr
+    rule = _FLOAT_FUNCS.get(type(expr).__name__)
+    if rule is not None:
+        return rule(*map(_exact_rational, expr.args))
+    if isinstance(expr, (sympy.Add, sympy.Mul)) or (isinstance(expr, sympy.Pow) and expr.exp.is_Integer):
+        return expr.func(*map(_exact_rational, expr.args))
+    if type(expr).__module__.startswith("torch") and type(expr).__name__.startswith(("Float", "Opaque", "Trunc")):
+        raise NotImplementedError(f"tc_autograd: a symbolic float {expr} has no exact form")
+    return plain_sympy(expr)
 
 
 # ---- the run-time check -----------------------------------------------------------------------

@@ -167,9 +167,22 @@ def size_value(n: Any, dtype: torch.dtype) -> UOp:
     if isinstance(n, (int, float)) or (isinstance(n, sympy.Expr) and n.is_Number):
         return const(n, dtype)
     n = sympy.sympify(n)
-    if any(not a.is_Integer for a in n.atoms(sympy.Number)):
+    if not integer_valued(n):
         raise ValueError(f"size {n} is not an integer expression")
     return cast(index_value(n), dtype)
+
+
+def integer_valued(expr: sympy.Expr) -> bool:
+    """Whether ``expr`` is an integer for every integer value of its symbols, by its form: built
+    from integers, symbols, +, *, powers and floor/ceiling/FloorDiv/Mod/Max/Min (a rational
+    inside ``floor(s/2 - 1/2)`` is fine, a ``s/2`` outside one is not)."""
+    if expr.is_Integer or expr.is_Symbol or isinstance(expr, (sympy.floor, sympy.ceiling, FloorDiv, ModIndex)):
+        return True
+    if isinstance(expr, (sympy.Add, sympy.Mul, sympy.Max, sympy.Min, sympy.Mod)):
+        return all(integer_valued(a) for a in expr.args)
+    if isinstance(expr, sympy.Pow):
+        return expr.exp.is_Integer and int(expr.exp) >= 0 and integer_valued(expr.base)
+    return False
 
 
 def load(buffer: str, index: sympy.Expr, dtype: torch.dtype) -> UOp:

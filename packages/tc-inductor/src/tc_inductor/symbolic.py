@@ -16,11 +16,13 @@ import re
 from typing import Any
 
 import sympy
+import torch
 
 import tc_ir
 from tc_ir.interpret import size_places
 
-from .kir import FloorDiv, ModIndex
+from . import kir
+from .kir import FloorDiv, ModIndex, Ops, UOp
 
 # Names the kernels and the wrapper use for their own variables: a size symbol must not be one.
 _RESERVED = re.compile(r"^(x\d+|r\d+|ind_.*|buf\d+|extern\d+.*|ptr_.*|const_.*|seeds_.*|tmp\d+|in_ptr\d+|"
@@ -80,6 +82,9 @@ def py_expr(expr: Any) -> str:
         return str(int(expr))
     if expr.is_Symbol:
         return expr.name
+    if isinstance(expr, tc_ir.spec.SizeFloat):  # numerator / denominator: one rounding, as eager's double
+        num, den = sympy.fraction(sympy.together(expr.args[0]))
+        return f"({py_expr(num)} / {py_expr(den)})"
     if isinstance(expr, (FloorDiv, ModIndex, sympy.Mod)):
         a, b = (py_expr(x) for x in expr.args)
         return f"({a} // {b})" if isinstance(expr, FloorDiv) else f"({a} % {b})"
@@ -97,6 +102,27 @@ def py_expr(expr: Any) -> str:
     if expr.is_Pow and expr.exp.is_Integer and int(expr.exp) > 0:
         return "(" + " * ".join([py_expr(expr.base)] * int(expr.exp)) + ")"
     raise SymbolicUnsupported(f"tc_inductor: cannot evaluate size expression {expr} at run time")
+
+
+def scalar_value(expr: sympy.Expr) -> UOp:
+    """A scalar argument computed from sizes, as a kernel value: an int64 size expression over
+    the kernel's size arguments, or for ``SizeFloat(e)`` its numerator over its denominator in
+    float64 (one correctly rounded division, what the wrapper's Python computes too)."""
+    if isinstance(expr, tc_ir.spec.SizeFloat):
+        num, den = sympy.fraction(sympy.together(expr.args[0]))
+        return kir.binary(Ops.TRUEDIV, kir.cast(kir.index_value(num), torch.float64),
+                          kir.cast(kir.index_value(den), torch.float64))
+    if not kir.integer_valued(expr):
+        raise ValueError(f"size {expr} is not an integer expression")
+    return kir.index_value(expr)
+
+
+def scalar_example(value: Any) -> Any:
+    """What a scalar argument is for type promotion: a float for ``SizeFloat``, an int for a
+    size expression, else itself."""
+    if isinstance(value, tc_ir.spec.SizeFloat):
+        return 1.0
+    return 1 if isinstance(value, sympy.Expr) else value
 
 
 def py_tuple(values: Any) -> str:

@@ -10,7 +10,7 @@ import torch
 
 from .graph import Graph
 from .node import Node, map_structure
-from .spec import ScalarSpec, TensorSpec
+from .spec import ScalarSpec, TensorSpec, size_value
 
 
 class InterpretError(RuntimeError):
@@ -30,7 +30,7 @@ def interpret(graph: Graph, inputs: Sequence[Any]) -> Any:
         if isinstance(value, Graph):
             return lambda *args: interpret(value, args)
         if isinstance(value, sympy.Expr):
-            return int(value.subs(sizes))
+            return size_value(value, sizes)
         return value
 
     for node in graph.nodes:

@@ -140,6 +140,23 @@ def size_python(expr: sympy.Basic, names: dict | None = None) -> str:
     return p(expr)
 
 
+SizeFloat = sympy.Function("SizeFloat")
+SizeFloat.__doc__ = """``SizeFloat(e)``: a float argument computed from sizes (a ``SymFloat``, such as batch
+norm's ``n / (n - 1)``), ``e`` an exact rational expression of them. Evaluated by
+:func:`size_value`, rounded once to a double; an ``int()`` of it raises rather than truncates."""
+
+
+def size_value(expr: Any, sizes: dict) -> Any:
+    """A node argument at ``sizes`` (symbol -> int): an int for a size expression, a float for
+    ``SizeFloat(e)`` (``e``'s numerator over its denominator, one correctly rounded division)."""
+    if not isinstance(expr, sympy.Expr):
+        return expr
+    if isinstance(expr, SizeFloat):
+        value = sympy.Rational(expr.args[0].xreplace(sizes))
+        return int(value.p) / int(value.q)
+    return int(expr.xreplace(sizes))
+
+
 def contiguous_strides(shape: Sequence[int | sympy.Expr]) -> tuple[int | sympy.Expr, ...]:
     """Row-major strides of ``shape`` as ``torch.empty(shape).stride()`` gives them: a size-0 or
     size-1 dim counts as 1 in the running product (``(3, 0)`` → ``(1, 1)``). The one copy of

@@ -210,7 +210,7 @@ def specialise(graph: tc_ir.Graph, sizes: dict) -> tc_ir.Graph:
     static = graph.copy()
 
     def at(value: Any) -> Any:
-        return int(value.xreplace(sizes)) if isinstance(value, sympy.Expr) else value
+        return tc_ir.spec.size_value(value, sizes)  # an int, or a float for SizeFloat(e)
 
     for g in [static, *static.subgraphs()]:
         for node in g.nodes:

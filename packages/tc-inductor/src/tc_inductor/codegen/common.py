@@ -35,6 +35,8 @@ def print_index(expr: sympy.Expr, names: dict[str, str], floordiv: str = "/") ->
             num = num + den - 1
         a, b = print_index(num, names, floordiv), print_index(den, names, floordiv)
         return f"({a} {floordiv} {b})"
+    if isinstance(expr, (sympy.Max, sympy.Min)):  # contiguous strides of a size only known >= 0: Max(1, s - 2)
+        return _print_minmax(expr, [print_index(a, names, floordiv) for a in expr.args], floordiv)
     if expr.is_Add:
         return "(" + " + ".join(print_index(a, names, floordiv) for a in expr.args) + ")"
     if expr.is_Mul:
@@ -43,6 +45,20 @@ def print_index(expr: sympy.Expr, names: dict[str, str], floordiv: str = "/") ->
         base = print_index(expr.base, names, floordiv)
         return "(" + " * ".join([base] * int(expr.exp)) + ")"
     raise NotImplementedError(f"cannot print index {expr}")
+
+
+def _print_minmax(expr: sympy.Expr, args: list[str], floordiv: str) -> str:
+    """``Max``/``Min`` of index terms, folded pairwise: C++ ``std::max<int64_t>`` (one type for
+    a literal and an int64 size), Triton ``tl.maximum`` (scalars and blocks alike)."""
+    is_max = isinstance(expr, sympy.Max)
+    if floordiv == "/":
+        fn = "std::max<int64_t>" if is_max else "std::min<int64_t>"
+    else:
+        fn = "tl.maximum" if is_max else "tl.minimum"
+    text = args[0]
+    for arg in args[1:]:
+        text = f"{fn}({text}, {arg})"
+    return text
 
 
 class Scope:

@@ -28,6 +28,7 @@ CTYPES = {
 VTYPES = {**CTYPES, torch.float16: "float", torch.bfloat16: "float"}
 
 PRELUDE = r"""
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>

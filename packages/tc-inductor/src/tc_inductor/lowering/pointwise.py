@@ -14,6 +14,7 @@ from torch._prims_common import elementwise_dtypes
 from .. import kir
 from ..ir import Pointwise, TensorValue, Unsupported
 from ..kir import Ops, UOp
+from ..symbolic import scalar_example, scalar_value
 from .registry import register
 
 aten = torch.ops.aten
@@ -34,13 +35,15 @@ def read(value: Any, index: tuple, dtype: torch.dtype) -> UOp:
         return kir.cast(value.load(broadcast_index(value, index)), dtype)
     if isinstance(value, UOp):
         return kir.cast(value, dtype)
+    if isinstance(value, sympy.Expr) and not value.is_Number:  # computed from sizes (an int, SizeFloat)
+        return kir.cast(scalar_value(value), dtype)
     return kir.const(value, kir.compute_dtype(dtype))
 
 
 def _meta(value: Any) -> Any:
     if isinstance(value, TensorValue):
         return torch.empty((1,) * value.ndim, dtype=value.dtype, device="meta")
-    return value
+    return scalar_example(value)
 
 
 def promote(args: tuple, kind: KIND) -> tuple[torch.dtype, torch.dtype]:
