@@ -304,3 +304,43 @@ def test_requires_grad_raises_as_eager():
     x = torch.randn(3, requires_grad=True)
     with pytest.raises(RuntimeError, match="requires grad"):
         tc_capture.optimize(interpret_backend)(needs_grad)(x)
+
+
+# ---- Python builtins on arrays, NumPy scalar arguments, changing shapes --------------------------------------
+def builtins_on_arrays(x):
+    a = x.numpy()
+    return len(a), isinstance(a, np.ndarray), type(a) is np.ndarray, type(np.sum(a)) is np.float32, a.size
+
+
+def test_python_builtins_on_arrays():
+    check(builtins_on_arrays, tensor(3, 4))
+
+
+def test_numpy_scalar_arguments_are_guarded_by_value():
+    def fn(s, x):
+        return x * s, s + 1, np.float64(s) * 2
+
+    values = iter([np.float32(2.0), np.float32(3.0), np.float64(0.5), np.int64(4)])
+    check(fn, lambda: (next(values), torch.randn(3)), calls=4)
+
+
+def test_changing_shapes():
+    shapes = iter([(3, 4), (5, 4), (7, 4), (2, 6)])
+
+    def fn(x):
+        a = x.numpy()
+        return np.sum(a, axis=0), a.shape, np.squeeze(a[None]), np.concatenate([a, a]), a.reshape(-1), len(a)
+
+    check(fn, lambda: (torch.randn(*next(shapes)),), calls=4)
+
+
+def test_iterating_an_array_falls_back_with_eager_results():
+    check(lambda x: tuple(r * 2 for r in x.numpy()), tensor(3, 4), fullgraph=False)
+
+
+def test_numpy_scalar_types_on_arrays():
+    def fn(x):
+        a = x.numpy()
+        return np.float64(a), np.float32(np.sum(a)), np.int64(a[0, 0]), np.float16(a[0])
+
+    check(fn, tensor(3, 4))

@@ -52,6 +52,8 @@ def length(f, args, kwargs=None) -> V:
         return Const(len(v.items))
     if isinstance(v, TensorV):
         return Const(v.fake.shape[0])
+    if hasattr(v, "length"):  # a NumPy array (numpy_ops.NdarrayV)
+        return v.length(f)
     if isinstance(v, Const):
         if v.source is not None and not isinstance(v.value, (str, bytes, tuple)):
             f.session.guards.length(v.source, v.value)

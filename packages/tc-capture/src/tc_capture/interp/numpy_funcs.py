@@ -409,6 +409,21 @@ def _constructor(fn):
     return handler
 
 
+def _scalar_type(cls):
+    """``np.float32(v)``: of an array, its values cast (a scalar for a 0-d one); of constants
+    (NumPy scalars included), the constant; else None (``stdlib_misc.numpy_scalar`` decides)."""
+    def handler(f, args, kwargs) -> V | None:
+        if len(args) == 1 and not kwargs and _is_array(args[0]):
+            a = _array(f, args[0], f"numpy.{cls.__name__}")
+            t = _cast(f, a.t, np.dtype(cls))
+            return NdarrayV(_rec(f, torch.clone, t) if t is a.t else t, a.scalar or a.ndim == 0)
+        consts = [*args, *kwargs.values()]
+        if consts and all(isinstance(v, Const) and isinstance(v.value, np.generic) for v in consts):
+            return Const(_ask(cls, *[v.value for v in args], **{k: v.value for k, v in kwargs.items()}))
+        return None
+    return handler
+
+
 def _unsupported_method(name: str):
     def handler(f, args, kwargs) -> V:
         raise Unsupported(f"ndarray.{name}() hands array data to Python or writes into it")
@@ -432,6 +447,8 @@ def _fill_tables() -> None:
         FUNCTIONS[getattr(np, name)] = _like(name)
     for fn in (np.arange, np.linspace, np.zeros, np.ones, np.full, np.eye, np.identity):
         FUNCTIONS[fn] = _constructor(fn)
+    for dtype in _TORCH_OF_NP:
+        FUNCTIONS[dtype.type] = _scalar_type(dtype.type)
     METHODS.update({"reshape": method_reshape, "transpose": method_transpose, "swapaxes": swapaxes,
                     "squeeze": squeeze, "ravel": ravel, "flatten": ravel, "clip": clip, "dot": dot,
                     "astype": astype, "copy": copy})

@@ -75,6 +75,11 @@ class NdarrayV(V):
     def truthy(self, f) -> bool:
         raise Unsupported("truth of a NumPy array or scalar (depends on its data)")
 
+    def length(self, f) -> V:
+        if self.ndim == 0:
+            raise Unsupported("len() of a NumPy scalar or 0-d array (eager raises TypeError)")
+        return Const(self.t.fake.shape[0])
+
     def attr(self, f, name: str) -> V | None:
         return _attr(f, self, name)
 
@@ -450,5 +455,14 @@ def transpose(f, args, kwargs) -> V:
     return NdarrayV(out, a.scalar)
 
 
+def _numpy_scalar_input(session, value, source) -> V:
+    """A NumPy scalar argument (``np.float32(2.0)``): a constant guarded on its type and value
+    (``np.float64`` subclasses ``float``; a type guard alone would bake the first call's value)."""
+    session.guards.equals(source, value)
+    return Const(value, source)
+
+
 if np is not None:
     WRAP_TYPES[np.ndarray] = _ndarray_input
+    for _dtype in _TORCH_OF_NP:
+        WRAP_TYPES[_dtype.type] = _numpy_scalar_input
