@@ -19,7 +19,7 @@ import torch
 
 import tc_ir
 
-from . import inplace, kir
+from . import combo, inplace, kir
 from .codegen import choose_backend, triton_mm
 from .codegen.build import COUNTERS, cache_dir, verified_read, verified_write
 from .config import VERSION, Options
@@ -145,14 +145,31 @@ def _generate(lowered: LoweredGraph, sched: Schedule, opts: Options, graph: tc_i
     by_source: dict[str, str] = {}
     stats = {"kernels": 0, "fused_nodes": 0, "bytes_read": 0, "bytes_written": 0, "extern_calls": 0}
     sched = triton_mm.fuse_templates(lowered, sched, opts, dtypes)
+    built: dict[Group, Any] = {}  # kernels built to decide on combining, reused below
+
+    def kernel_of(group: Group) -> Any:
+        if group not in built:
+            built[group] = build_kernel(group, sched.stored, dtypes, opts)
+        return built[group]
+
+    sched = combo.combine(sched, kernel_of, opts)
     for step in sched.steps:
         if isinstance(step, triton_mm.TemplateGroup):
             _template_call(step, lowered, sched, opts, dtypes, kernels, by_source, calls, stats)
             continue
+        if isinstance(step, combo.ComboGroup):  # many small kernels as one launch
+            name, args, launch, pointers = combo.emit(step, opts, kernels, by_source)
+            calls[step] = KernelCall(name, args, [], launch, pointers)
+            stats["kernels"] += 1
+            stats["fused_nodes"] += len(step.members) - 1
+            stats["bytes_read"] += sum(_nbytes(lowered, n) for k in step.kernels for n, _ in k.inputs)
+            stats["bytes_written"] += sum(_nbytes(lowered, n) for k in step.kernels for n, _ in k.outputs)
+            tc_ir.logs.dump("kernel", name, next(k["source"] for k in kernels if k["name"] == name))
+            continue
         if isinstance(step, ExternCall):
             stats["extern_calls"] += 1
             continue
-        kernel = build_kernel(step, sched.stored, dtypes, opts)
+        kernel = kernel_of(step)
         backend = choose_backend(step.device, opts)
         source = backend.generate(kernel, "kernel", opts, step.device)
         meta = backend.metadata(kernel, opts, step.device)

@@ -150,8 +150,9 @@ def _reads_own_elements(member: ComputedBuffer, source: str) -> bool:
         return source not in {u.arg[0] for u in _uops(member) if u.op is Ops.LOAD}
     index = kir.xvars(len(member.shape))
     store = strided_index(index, member.stride)
+    ones = {x: 0 for x, n in zip(index, member.shape) if n == 1}  # a size-1 dim's only index (read as 0)
     loads = [u for u in _uops(member) if u.op is Ops.LOAD and u.arg[0] == source]
-    return all(not u.src and sympy.expand(sympy.sympify(u.arg[1]) - store) == 0 for u in loads)
+    return all(not u.src and sympy.expand((sympy.sympify(u.arg[1]) - store).subs(ones)) == 0 for u in loads)
 
 
 def _uops(member: ComputedBuffer) -> list:

@@ -188,16 +188,33 @@ def _illegal(dag: nx.DiGraph, group: Group, buf: ComputedBuffer, producers: set,
     return None
 
 
+# Buffer arguments of one horizontally fused kernel: an optimizer's same-shape parameters (74 of
+# GPT-2's are [768]) would otherwise make one kernel of ~600 pointers (CUDA passes kernel
+# arguments in 4 KB); combo.py launches the pieces together anyway.
+MAX_KERNEL_BUFFERS = 256
+
+
 def _unprofitable(group: Group, buf: ComputedBuffer, producers: set, reads: dict) -> str | None:
     """Horizontal fusion of reductions pays only when they read a buffer in common. Otherwise the
     kernel saves a launch but waits for its last member's inputs, and in a backward pass it
     gathers every layer's weight-gradient reductions into one long kernel at the end."""
+    if group not in producers and _buffers(group, buf, reads) >= MAX_KERNEL_BUFFERS:
+        return f"a kernel of over {MAX_KERNEL_BUFFERS} buffers"
     if group in producers or not (buf.is_reduction or group.r):
         return None
     mine = reads[buf.name]
     if not mine or any(mine & reads[m.name] for m in group.members):  # (a fill waits for nothing)
         return None
     return "independent reductions that read no buffer in common"
+
+
+def _buffers(group: Group, buf: ComputedBuffer, reads: dict) -> int:
+    """How many buffers ``group`` with ``buf`` added reads or writes (counted exactly only
+    when the sum of the parts could reach the limit)."""
+    bound = len(reads[buf.name]) + sum(len(reads[m.name]) + 1 for m in group.members)
+    if bound < MAX_KERNEL_BUFFERS:
+        return bound
+    return len(set().union(reads[buf.name], *(reads[m.name] | {m.name} for m in group.members)))
 
 
 def _is_outer(m: ComputedBuffer, x: tuple, r: tuple) -> bool:
