@@ -75,6 +75,8 @@ ELEMENTWISE = {
     "rounding": lambda a: (np.floor(a), np.ceil(a), np.rint(a * 0.5), np.trunc(a)),
     "trig2": lambda a: (np.arctan2(a, 2.0), np.hypot(a, a), np.square(a)),
     "bitwise": lambda a: (a & 1, a | a, a ^ 3, ~a), "sign_abs": lambda a: (np.sign(a), np.abs(a), abs(-2)),
+    "nan": lambda a: (np.sign(a / 0 * 0), np.maximum(a / 0 * 0, a), np.fmax(a / 0 * 0, a), np.clip(a / 0 * 0, 0, 1)),
+    "numpy_int_index": lambda a: (a[np.int64(1)], a[np.int64(1):], a[1:np.int32(3), np.int64(0)]),
     "matmul": lambda a: a @ a.T,
 }
 
@@ -344,3 +346,21 @@ def test_numpy_scalar_types_on_arrays():
         return np.float64(a), np.float32(np.sum(a)), np.int64(a[0, 0]), np.float16(a[0])
 
     check(fn, tensor(3, 4))
+
+
+def test_numpy_of_constants_is_folded():
+    def fn(x):
+        a = x.numpy()
+        d = a.shape[-1]
+        return a / np.sqrt(d), np.prod(a.shape), np.log(10.0), a * np.pi, np.maximum(2, 3), np.asarray([1.5, 2]) + a[0, :2]
+
+    check(fn, tensor(3, 4))
+
+
+def test_in_place_torch_op_on_from_numpy_writes_the_array_argument():
+    def fn(a):
+        t = torch.from_numpy(a)
+        t.add_(1)
+        return t * 2
+
+    check(fn, lambda: (np.random.randn(3),))

@@ -13,29 +13,28 @@ import torch
 
 from .base import Unsupported
 from .numpy_ops import (
-    _REQ,
-    _TORCH_OF_NP,
     FUNCTIONS,
     METHODS,
+    REQUIRED,
+    TORCH_OF_NP,
     NdarrayV,
-    _array,
-    _ask_numpy,
-    _bind,
-    _cast,
-    _dtype_arg,
-    _is_array,
-    _result,
-    _weak,
+    as_array,
+    ask_numpy,
+    bind,
+    cast,
+    const_array,
+    dtype_arg,
+    is_array,
     np,
+    result,
     tensor_to_ndarray,
     transpose,
     ufunc_call,
+    weak,
 )
 from .pyops import realize_const
 from .record import record
 from .variables import Const, ListV, TensorV, TupleV, V
-
-_CONST_ARRAY_LIMIT = 4096  # items of a non-uniform constant array written into a graph
 
 
 def _rec(f, fn, *args, **kwargs) -> TensorV:
@@ -57,7 +56,7 @@ def _stand_in(a: NdarrayV):
 def _ask(fn, *args, **kwargs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return _ask_numpy(fn, *args, **kwargs)
+        return ask_numpy(fn, *args, **kwargs)
 
 
 def _no_out(name: str, b: dict) -> None:
@@ -76,11 +75,11 @@ def _dims(axis, ndim: int) -> list[int]:
 
 # ---- reductions ---------------------------------------------------------------------------------
 def _sum(f, t, dims, keep, dtype, b):
-    return _rec(f, torch.sum, _cast(f, t, dtype), dims, keepdim=keep) if dims else _cast(f, t, dtype)
+    return _rec(f, torch.sum, cast(f, t, dtype), dims, keepdim=keep) if dims else cast(f, t, dtype)
 
 
 def _prod(f, t, dims, keep, dtype, b):
-    t = _cast(f, t, dtype)
+    t = cast(f, t, dtype)
     for d in reversed(dims):
         t = _rec(f, torch.prod, t, d, keepdim=keep)
     return t
@@ -88,13 +87,13 @@ def _prod(f, t, dims, keep, dtype, b):
 
 def _mean(f, t, dims, keep, dtype, b):
     compute = np.dtype("float32") if dtype == np.dtype("float16") else dtype
-    return _rec(f, torch.mean, _cast(f, t, compute), dims, keepdim=keep) if dims else _cast(f, t, compute)
+    return _rec(f, torch.mean, cast(f, t, compute), dims, keepdim=keep) if dims else cast(f, t, compute)
 
 
 def _moment(fn):
     def build(f, t, dims, keep, dtype, b):
         compute = np.dtype("float32") if dtype == np.dtype("float16") else dtype
-        return _rec(f, fn, _cast(f, t, compute), dims, correction=realize_const(b["ddof"]), keepdim=keep)
+        return _rec(f, fn, cast(f, t, compute), dims, correction=realize_const(b["ddof"]), keepdim=keep)
     return build
 
 
@@ -106,18 +105,18 @@ def _extreme(fn):
 
 def _no_bool(f, t: TensorV) -> TensorV:
     """torch's max/argmax kernels take no bool: the same order on uint8 (the result is cast back)."""
-    return _cast(f, t, np.dtype(np.uint8)) if t.fake.dtype == torch.bool else t
+    return cast(f, t, np.dtype(np.uint8)) if t.fake.dtype == torch.bool else t
 
 
 def _logical(fn):
     def build(f, t, dims, keep, dtype, b):
-        return _rec(f, fn, t, tuple(dims), keepdim=keep) if dims else _cast(f, t, np.dtype(bool))
+        return _rec(f, fn, t, tuple(dims), keepdim=keep) if dims else cast(f, t, np.dtype(bool))
     return build
 
 
-_REDUCE_PARAMS = (("a", _REQ), ("axis", None), ("dtype", None), ("out", None), ("keepdims", False))
-_NO_DTYPE = (("a", _REQ), ("axis", None), ("out", None), ("keepdims", False))
-_MOMENT = (("a", _REQ), ("axis", None), ("dtype", None), ("out", None), ("ddof", 0), ("keepdims", False))
+_REDUCE_PARAMS = (("a", REQUIRED), ("axis", None), ("dtype", None), ("out", None), ("keepdims", False))
+_NO_DTYPE = (("a", REQUIRED), ("axis", None), ("out", None), ("keepdims", False))
+_MOMENT = (("a", REQUIRED), ("axis", None), ("dtype", None), ("out", None), ("ddof", 0), ("keepdims", False))
 _REDUCTIONS = {  # name: (params, builder)
     "sum": (_REDUCE_PARAMS, _sum), "prod": (_REDUCE_PARAMS, _prod), "mean": (_REDUCE_PARAMS, _mean),
     "std": (_MOMENT, _moment(torch.std)), "var": (_MOMENT, _moment(torch.var)),
@@ -131,25 +130,25 @@ def _reduction(name: str):
     params, build = _REDUCTIONS[name]
 
     def handler(f, args, kwargs) -> V:
-        b = _bind(name, params, args, kwargs)
+        b = bind(name, params, args, kwargs)
         _no_out(name, b)
-        a = _array(f, b.pop("a"), f"numpy.{name}")
+        a = as_array(f, b.pop("a"), f"numpy.{name}")
         opts = {k: realize_const(v) for k, v in b.items()}
         if "dtype" in opts:
-            opts["dtype"] = _dtype_arg(Const(opts["dtype"]))
+            opts["dtype"] = dtype_arg(Const(opts["dtype"]))
         probe = _ask(getattr(np, name), np.empty((1,) * a.ndim, a.dtype), **opts)
         dtype = np.asarray(probe).dtype
         out = build(f, a.t, _dims(opts["axis"], a.ndim), bool(opts["keepdims"]), dtype, b)
-        return _result(_cast(f, out, dtype))
+        return result(cast(f, out, dtype))
 
     return handler
 
 
 def _arg_extreme(name: str, fn):
     def handler(f, args, kwargs) -> V:
-        b = _bind(name, (("a", _REQ), ("axis", None), ("out", None), ("keepdims", False)), args, kwargs)
+        b = bind(name, (("a", REQUIRED), ("axis", None), ("out", None), ("keepdims", False)), args, kwargs)
         _no_out(name, b)
-        a = _array(f, b["a"], f"numpy.{name}")
+        a = as_array(f, b["a"], f"numpy.{name}")
         axis, keep = realize_const(b["axis"]), bool(realize_const(b["keepdims"]))
         _ask(getattr(np, name), np.empty((1,) * a.ndim, a.dtype), axis=axis, keepdims=keep)
         t = _no_bool(f, a.t)
@@ -158,20 +157,20 @@ def _arg_extreme(name: str, fn):
             out = _rec(f, torch.reshape, out, (1,) * a.ndim) if keep else out
         else:
             out = _rec(f, fn, t, axis % a.ndim, keepdim=keep)
-        return _result(out)
+        return result(out)
 
     return handler
 
 
 def _cumulative(name: str, fn):
     def handler(f, args, kwargs) -> V:
-        b = _bind(name, (("a", _REQ), ("axis", None), ("dtype", None), ("out", None)), args, kwargs)
+        b = bind(name, (("a", REQUIRED), ("axis", None), ("dtype", None), ("out", None)), args, kwargs)
         _no_out(name, b)
-        a = _array(f, b["a"], f"numpy.{name}")
-        axis, dtype = realize_const(b["axis"]), _dtype_arg(b["dtype"])
+        a = as_array(f, b["a"], f"numpy.{name}")
+        axis, dtype = realize_const(b["axis"]), dtype_arg(b["dtype"])
         res = _ask(getattr(np, name), np.empty((1,) * a.ndim, a.dtype), axis=axis, dtype=dtype).dtype
         t = _rec(f, torch.reshape, a.t, (-1,)) if axis is None else a.t
-        return _result(_rec(f, fn, _cast(f, t, res), 0 if axis is None else axis % a.ndim), scalar=False)
+        return result(_rec(f, fn, cast(f, t, res), 0 if axis is None else axis % a.ndim), scalar=False)
 
     return handler
 
@@ -191,8 +190,8 @@ def _reshape_to(f, a: NdarrayV, shape, order) -> V:
 
 
 def reshape(f, args, kwargs) -> V:
-    b = _bind("reshape", (("a", _REQ), ("shape", _REQ), ("order", "C")), args, kwargs)
-    return _reshape_to(f, _array(f, b["a"], "numpy.reshape"), realize_const(b["shape"]), b["order"])
+    b = bind("reshape", (("a", REQUIRED), ("shape", REQUIRED), ("order", "C")), args, kwargs)
+    return _reshape_to(f, as_array(f, b["a"], "numpy.reshape"), realize_const(b["shape"]), b["order"])
 
 
 def method_reshape(f, args, kwargs) -> V:
@@ -210,14 +209,14 @@ def method_transpose(f, args, kwargs) -> V:
 
 
 def swapaxes(f, args, kwargs) -> V:
-    b = _bind("swapaxes", (("a", _REQ), ("axis1", _REQ), ("axis2", _REQ)), args, kwargs)
-    a = _array(f, b["a"], "numpy.swapaxes")
+    b = bind("swapaxes", (("a", REQUIRED), ("axis1", REQUIRED), ("axis2", REQUIRED)), args, kwargs)
+    a = as_array(f, b["a"], "numpy.swapaxes")
     return NdarrayV(_rec(f, torch.transpose, a.t, realize_const(b["axis1"]), realize_const(b["axis2"])))
 
 
 def squeeze(f, args, kwargs) -> V:
-    b = _bind("squeeze", (("a", _REQ), ("axis", None)), args, kwargs)
-    a = _array(f, b["a"], "numpy.squeeze")
+    b = bind("squeeze", (("a", REQUIRED), ("axis", None)), args, kwargs)
+    a = as_array(f, b["a"], "numpy.squeeze")
     axis = realize_const(b["axis"])
     shape = a.t.fake.shape
     dims = [d for d in range(a.ndim) if shape[d] == 1] if axis is None else _dims(axis, a.ndim)
@@ -227,8 +226,8 @@ def squeeze(f, args, kwargs) -> V:
 
 
 def expand_dims(f, args, kwargs) -> V:
-    b = _bind("expand_dims", (("a", _REQ), ("axis", _REQ)), args, kwargs)
-    a = _array(f, b["a"], "numpy.expand_dims")
+    b = bind("expand_dims", (("a", REQUIRED), ("axis", REQUIRED)), args, kwargs)
+    a = as_array(f, b["a"], "numpy.expand_dims")
     axis = realize_const(b["axis"])
     axes = axis if isinstance(axis, tuple) else (axis,)
     out = a.t
@@ -238,24 +237,24 @@ def expand_dims(f, args, kwargs) -> V:
 
 
 def ravel(f, args, kwargs) -> V:
-    b = _bind("ravel", (("a", _REQ), ("order", "C")), args, kwargs)
-    return _reshape_to(f, _array(f, b["a"], "numpy.ravel"), (-1,), b["order"])
+    b = bind("ravel", (("a", REQUIRED), ("order", "C")), args, kwargs)
+    return _reshape_to(f, as_array(f, b["a"], "numpy.ravel"), (-1,), b["order"])
 
 
 def _sequence(f, v: V, name: str) -> list[NdarrayV]:
     if not isinstance(v, (ListV, TupleV)):
         raise Unsupported(f"numpy.{name} of a {type(v).__name__} (a list or tuple of arrays is traced)")
-    return [_array(f, x, f"numpy.{name}", tensors=True) for x in v.items]
+    return [as_array(f, x, f"numpy.{name}", tensors=True) for x in v.items]
 
 
 def _joined(name: str, fn):
     def handler(f, args, kwargs) -> V:
-        b = _bind(name, (("arrays", _REQ), ("axis", 0), ("out", None), ("dtype", None)), args, kwargs)
+        b = bind(name, (("arrays", REQUIRED), ("axis", 0), ("out", None), ("dtype", None)), args, kwargs)
         _no_out(name, b)
         arrays, axis = _sequence(f, b["arrays"], name), realize_const(b["axis"])
-        dtype = _dtype_arg(b["dtype"])
+        dtype = dtype_arg(b["dtype"])
         probe = _ask(getattr(np, name), [_stand_in(a) for a in arrays], axis=axis, dtype=dtype)
-        ts = [_cast(f, a.t, probe.dtype) for a in arrays]
+        ts = [cast(f, a.t, probe.dtype) for a in arrays]
         if axis is None:
             ts, axis = [_rec(f, torch.reshape, t, (-1,)) for t in ts], 0
         return NdarrayV(_rec(f, fn, ts, axis))
@@ -265,43 +264,43 @@ def _joined(name: str, fn):
 
 # ---- elementwise beyond ufuncs --------------------------------------------------------------------
 def _operand(f, v: V, dtype, name: str) -> V:
-    if _is_array(v):
-        return _cast(f, _array(f, v, name, tensors=True).t, dtype)
-    value = _weak(v)
+    if is_array(v):
+        return cast(f, as_array(f, v, name, tensors=True).t, dtype)
+    value = weak(v)
     return Const(value.item() if isinstance(value, np.generic) else value)
 
 
 def _proxy_of(f, v: V, name: str):
-    return np.empty((0,), _array(f, v, name, tensors=True).dtype) if _is_array(v) else _weak(v)
+    return np.empty((0,), as_array(f, v, name, tensors=True).dtype) if is_array(v) else weak(v)
 
 
 def where(f, args, kwargs) -> V:
     if len(args) + len(kwargs) != 3:
         raise Unsupported("numpy.where(condition) alone (its result's size depends on data)")
-    b = _bind("where", (("condition", _REQ), ("x", _REQ), ("y", _REQ)), args, kwargs)
-    cond = _array(f, b["condition"], "numpy.where", tensors=True)
+    b = bind("where", (("condition", REQUIRED), ("x", REQUIRED), ("y", REQUIRED)), args, kwargs)
+    cond = as_array(f, b["condition"], "numpy.where", tensors=True)
     dtype = _ask(np.where, np.empty((0,), bool), _proxy_of(f, b["x"], "numpy.where"),
                  _proxy_of(f, b["y"], "numpy.where")).dtype
     x, y = (_operand(f, b[k], dtype, "numpy.where") for k in ("x", "y"))
     if not isinstance(x, TensorV) and not isinstance(y, TensorV):
-        x = _rec(f, torch.full_like, cond.t, x.value, dtype=_TORCH_OF_NP[dtype])
-    out = _rec(f, torch.where, _cast(f, cond.t, np.dtype(bool)), x, y)
-    return NdarrayV(_cast(f, out, dtype))
+        x = _rec(f, torch.full_like, cond.t, x.value, dtype=TORCH_OF_NP[dtype])
+    out = _rec(f, torch.where, cast(f, cond.t, np.dtype(bool)), x, y)
+    return NdarrayV(cast(f, out, dtype))
 
 
 def clip(f, args, kwargs) -> V:
-    b = _bind("clip", (("a", _REQ), ("a_min", None), ("a_max", None), ("out", None), ("min", None),
+    b = bind("clip", (("a", REQUIRED), ("a_min", None), ("a_max", None), ("out", None), ("min", None),
                        ("max", None)), args, kwargs)
     _no_out("clip", b)
     lo, hi = _bound(b, "a_min", "min"), _bound(b, "a_max", "max")
-    a = _array(f, b["a"], "numpy.clip")
+    a = as_array(f, b["a"], "numpy.clip")
     if any(isinstance(v, TensorV) for v in (lo, hi)):
         raise Unsupported("numpy.clip with tensor bounds")
     dtype = _ask(np.clip, np.empty((0,), a.dtype), *(None if v is None else _proxy_of(f, v, "numpy.clip")
                                                     for v in (lo, hi))).dtype
-    t = _cast(f, a.t, dtype)
+    t = cast(f, a.t, dtype)
     lo, hi = (Const(None) if v is None else _operand(f, v, dtype, "numpy.clip") for v in (lo, hi))
-    return _result(_rec(f, torch.clamp, t, lo, hi))
+    return result(_rec(f, torch.clamp, t, lo, hi))
 
 
 def _bound(b: dict, name: str, alias: str) -> V | None:
@@ -312,10 +311,10 @@ def _bound(b: dict, name: str, alias: str) -> V | None:
 
 
 def dot(f, args, kwargs) -> V:
-    b = _bind("dot", (("a", _REQ), ("b", _REQ), ("out", None)), args, kwargs)
+    b = bind("dot", (("a", REQUIRED), ("b", REQUIRED), ("out", None)), args, kwargs)
     _no_out("dot", b)
     # np.dot converts its operands to arrays: a Python number is a strong (int64/float64) scalar
-    x, y = (_array(f, v, "numpy.dot", tensors=True) if _is_array(v) else Const(np.asarray(_weak(v))[()])
+    x, y = (as_array(f, v, "numpy.dot", tensors=True) if is_array(v) else Const(np.asarray(weak(v))[()])
             for v in (b["a"], b["b"]))
     ranks = [v.ndim if isinstance(v, NdarrayV) else 0 for v in (x, y)]
     if 0 in ranks:
@@ -327,28 +326,28 @@ def dot(f, args, kwargs) -> V:
 
 # ---- dtypes, copies, new arrays -------------------------------------------------------------------
 def astype(f, args, kwargs) -> V:
-    b = _bind("astype", (("a", _REQ), ("dtype", _REQ), ("order", "K"), ("casting", "unsafe"), ("subok", True),
+    b = bind("astype", (("a", REQUIRED), ("dtype", REQUIRED), ("order", "K"), ("casting", "unsafe"), ("subok", True),
                          ("copy", True)), args, kwargs)
-    a, dtype = b["a"], _dtype_arg(b["dtype"])
+    a, dtype = b["a"], dtype_arg(b["dtype"])
     if realize_const(b["casting"]) != "unsafe" or realize_const(b["order"]) not in ("K", "C"):
         raise Unsupported("ndarray.astype with casting= or order=")
-    t = _cast(f, a.t, dtype)
+    t = cast(f, a.t, dtype)
     return NdarrayV(_rec(f, torch.clone, t) if t is a.t else t, a.scalar)
 
 
 def copy(f, args, kwargs) -> V:
-    b = _bind("copy", (("a", _REQ), ("order", "K")), args, kwargs)
-    a = _array(f, b["a"], "numpy.copy")
+    b = bind("copy", (("a", REQUIRED), ("order", "K")), args, kwargs)
+    a = as_array(f, b["a"], "numpy.copy")
     return NdarrayV(_rec(f, torch.clone, a.t), a.scalar)
 
 
 def asarray(f, args, kwargs) -> V:
-    b = _bind("asarray", (("a", _REQ), ("dtype", None), ("order", None), ("copy", None)), args, kwargs)
+    b = bind("asarray", (("a", REQUIRED), ("dtype", None), ("order", None), ("copy", None)), args, kwargs)
     return _to_array(f, b, copy=realize_const(b["copy"]) is True)
 
 
 def array(f, args, kwargs) -> V:
-    b = _bind("array", (("object", _REQ), ("dtype", None), ("copy", True), ("order", "K")), args, kwargs)
+    b = bind("array", (("object", REQUIRED), ("dtype", None), ("copy", True), ("order", "K")), args, kwargs)
     b["a"] = b.pop("object")
     return _to_array(f, b, copy=realize_const(b["copy"]) is not False)
 
@@ -356,13 +355,13 @@ def array(f, args, kwargs) -> V:
 def _to_array(f, b: dict, copy: bool) -> V:
     if realize_const(b["order"]) not in (None, "K", "C", "A"):
         raise Unsupported("numpy.asarray with order='F'")
-    v, dtype = b["a"], _dtype_arg(b["dtype"])
-    if not _is_array(v):
+    v, dtype = b["a"], dtype_arg(b["dtype"])
+    if not is_array(v):
         return _constant(f, np.asarray, [Const(realize_const(v))], {"dtype": Const(dtype)})
     a = v if isinstance(v, NdarrayV) else tensor_to_ndarray(f, v, "numpy.asarray")
     if a.scalar:
         raise Unsupported("numpy.asarray of a NumPy scalar")
-    t = a.t if dtype is None else _cast(f, a.t, dtype)
+    t = a.t if dtype is None else cast(f, a.t, dtype)
     if copy and t is a.t:
         t = _rec(f, torch.clone, t)
     return a if t is a.t else NdarrayV(t)
@@ -370,13 +369,13 @@ def _to_array(f, b: dict, copy: bool) -> V:
 
 def _like(name: str):
     def handler(f, args, kwargs) -> V:
-        params = (("a", _REQ),) + ((("fill_value", _REQ),) if name == "full_like" else ()) + (("dtype", None),)
-        b = _bind(name, params, args, kwargs)
-        a = _array(f, b["a"], f"numpy.{name}")
-        dtype = _dtype_arg(b["dtype"]) or a.dtype
+        params = (("a", REQUIRED),) + ((("fill_value", REQUIRED),) if name == "full_like" else ()) + (("dtype", None),)
+        b = bind(name, params, args, kwargs)
+        a = as_array(f, b["a"], f"numpy.{name}")
+        dtype = dtype_arg(b["dtype"]) or a.dtype
         fill = {"zeros_like": 0, "ones_like": 1}.get(name)
-        fill = _ask(np.asarray, _weak(b["fill_value"]) if fill is None else fill, dtype=dtype).item()
-        return NdarrayV(_rec(f, torch.full_like, a.t, fill, dtype=_TORCH_OF_NP[dtype]), a.scalar)
+        fill = _ask(np.asarray, weak(b["fill_value"]) if fill is None else fill, dtype=dtype).item()
+        return NdarrayV(_rec(f, torch.full_like, a.t, fill, dtype=TORCH_OF_NP[dtype]), a.scalar)
 
     return handler
 
@@ -388,22 +387,12 @@ def _constant(f, fn, args, kwargs) -> V:
         values = [realize_const(a) for a in args], {k: realize_const(v) for k, v in kwargs.items()}
     except Unsupported:
         raise Unsupported(f"numpy.{fn.__name__} of values not known at capture time") from None
-    arr = np.asarray(_ask(fn, *values[0], **values[1]))
-    if arr.dtype not in _TORCH_OF_NP:
-        raise Unsupported(f"numpy.{fn.__name__} gives dtype {arr.dtype}, which has no torch equivalent here")
-    dtype = _TORCH_OF_NP[arr.dtype]
-    flat = arr.ravel()
-    if flat.size and (flat == flat[0]).all() or flat.size == 0:
-        first = flat[0].item() if flat.size else 0
-        return NdarrayV(_rec(f, torch.full, tuple(arr.shape), first, dtype=dtype))
-    if flat.size > _CONST_ARRAY_LIMIT:
-        raise Unsupported(f"numpy.{fn.__name__} makes a constant array of {flat.size} items")
-    return NdarrayV(_rec(f, torch.reshape, _rec(f, torch.tensor, flat.tolist(), dtype=dtype), tuple(arr.shape)))
+    return const_array(f, np.asarray(_ask(fn, *values[0], **values[1])), f"numpy.{fn.__name__}")
 
 
 def _constructor(fn):
     def handler(f, args, kwargs) -> V:
-        if any(_is_array(a) for a in [*args, *kwargs.values()]):
+        if any(is_array(a) for a in [*args, *kwargs.values()]):
             raise Unsupported(f"numpy.{fn.__name__} given an array")
         return _constant(f, fn, args, kwargs)
     return handler
@@ -413,9 +402,9 @@ def _scalar_type(cls):
     """``np.float32(v)``: of an array, its values cast (a scalar for a 0-d one); of constants
     (NumPy scalars included), the constant; else None (``stdlib_misc.numpy_scalar`` decides)."""
     def handler(f, args, kwargs) -> V | None:
-        if len(args) == 1 and not kwargs and _is_array(args[0]):
-            a = _array(f, args[0], f"numpy.{cls.__name__}")
-            t = _cast(f, a.t, np.dtype(cls))
+        if len(args) == 1 and not kwargs and is_array(args[0]):
+            a = as_array(f, args[0], f"numpy.{cls.__name__}")
+            t = cast(f, a.t, np.dtype(cls))
             return NdarrayV(_rec(f, torch.clone, t) if t is a.t else t, a.scalar or a.ndim == 0)
         consts = [*args, *kwargs.values()]
         if consts and all(isinstance(v, Const) and isinstance(v.value, np.generic) for v in consts):
@@ -447,7 +436,7 @@ def _fill_tables() -> None:
         FUNCTIONS[getattr(np, name)] = _like(name)
     for fn in (np.arange, np.linspace, np.zeros, np.ones, np.full, np.eye, np.identity):
         FUNCTIONS[fn] = _constructor(fn)
-    for dtype in _TORCH_OF_NP:
+    for dtype in TORCH_OF_NP:
         FUNCTIONS[dtype.type] = _scalar_type(dtype.type)
     METHODS.update({"reshape": method_reshape, "transpose": method_transpose, "swapaxes": swapaxes,
                     "squeeze": squeeze, "ravel": ravel, "flatten": ravel, "clip": clip, "dot": dot,

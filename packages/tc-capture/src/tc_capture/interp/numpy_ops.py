@@ -43,10 +43,10 @@ except ImportError:  # torch works without NumPy: nothing here is registered the
 
 _NP_DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64",
               "complex64", "complex128")
-_TORCH_OF_NP = {} if np is None else {np.dtype(n): getattr(torch, n) for n in _NP_DTYPES}
-_NP_OF_TORCH = {t: n for n, t in _TORCH_OF_NP.items()}
+TORCH_OF_NP = {} if np is None else {np.dtype(n): getattr(torch, n) for n in _NP_DTYPES}
+_NP_OF_TORCH = {t: n for n, t in TORCH_OF_NP.items()}
 _WEAK = (bool, int, float, complex)  # Python numbers: NEP 50 "weak" operands
-_REQ = object()  # a required parameter in a signature table
+REQUIRED = object()  # a required parameter in a signature table
 
 
 class NdarrayV(V):
@@ -128,7 +128,7 @@ def tensor_numpy(f, self_v: V, args, kwargs) -> V:
 def _ndarray_input(session, value, source) -> V:
     """An ndarray argument: a graph input read as ``torch.from_numpy(arg)`` at call time, guarded
     on its type, dtype, shape and strides (as torch.compile treats ndarray inputs as tensors)."""
-    if value.dtype not in _TORCH_OF_NP or not value.flags.writeable or any(s < 0 for s in value.strides) \
+    if value.dtype not in TORCH_OF_NP or not value.flags.writeable or any(s < 0 for s in value.strides) \
             or any(s % value.itemsize for s in value.strides):
         raise Unsupported(f"an ndarray argument of dtype {value.dtype} (read-only, or a layout torch cannot view)")
     session.guards.type_is(source, value)
@@ -163,7 +163,7 @@ def from_numpy_call(f, fn, args, kwargs) -> V | None:
 
 
 # ---- operands -----------------------------------------------------------------------------------
-def _array(f, v: V, what: str, tensors: bool = False) -> NdarrayV:
+def as_array(f, v: V, what: str, tensors: bool = False) -> NdarrayV:
     """An array operand. A tensor is one (through its ``__array__``) only for the functions that
     convert their arguments (``tensors``: C functions such as ``np.where``, ``np.concatenate``);
     the others call the tensor's own method in eager (``np.sum(t)`` is ``t.sum(axis=...)``)."""
@@ -176,14 +176,14 @@ def _array(f, v: V, what: str, tensors: bool = False) -> NdarrayV:
     raise Unsupported(f"{what} of a {type(v).__name__} (only arrays and tensors are traced)")
 
 
-def _is_array(v: V) -> bool:
+def is_array(v: V) -> bool:
     return isinstance(v, (NdarrayV, TensorV))
 
 
-def _weak(v: V):
+def weak(v: V):
     """A constant operand: a Python number (weak) or a NumPy scalar (strong)."""
     value = realize_const(v) if isinstance(v, Const) else None
-    if type(value) in _WEAK or np is not None and isinstance(value, np.generic) and value.dtype in _TORCH_OF_NP:
+    if type(value) in _WEAK or np is not None and isinstance(value, np.generic) and value.dtype in TORCH_OF_NP:
         return value
     raise Unsupported(f"a NumPy operand of type {type(v).__name__ if value is None else type(value).__name__}")
 
@@ -193,7 +193,7 @@ def _proxy(v):
     return np.empty((0,), v.dtype) if isinstance(v, NdarrayV) else v
 
 
-def _dtype_arg(v: V):
+def dtype_arg(v: V):
     value = realize_const(v)
     if value is None:
         return None
@@ -203,21 +203,21 @@ def _dtype_arg(v: V):
         raise Unsupported(f"dtype {value!r}: {e}") from e
 
 
-def _cast(f, t: TensorV, dtype) -> TensorV:
-    target = _TORCH_OF_NP.get(np.dtype(dtype))
+def cast(f, t: TensorV, dtype) -> TensorV:
+    target = TORCH_OF_NP.get(np.dtype(dtype))
     if target is None:
         raise Unsupported(f"NumPy dtype {dtype} has no torch equivalent here")
     return t if t.fake.dtype == target else record(f.session, "to", (t, Const(target)), {})
 
 
-def _result(t: V, scalar: bool | None = None) -> NdarrayV:
+def result(t: V, scalar: bool | None = None) -> NdarrayV:
     """An op's result: a NumPy scalar where it is 0-d (ufuncs, reductions), unless told."""
     if not isinstance(t, TensorV):
         raise Unsupported("a NumPy operation gave no array")
     return NdarrayV(t, t.fake.dim() == 0 if scalar is None else scalar)
 
 
-def _ask_numpy(fn, *args, **kwargs):
+def ask_numpy(fn, *args, **kwargs):
     """Run the NumPy function on stand-ins: its error (eager's) becomes a break."""
     try:
         with np.errstate(all="ignore"):
@@ -265,21 +265,24 @@ def ufunc_call(f, uf, args, kwargs, probe=None) -> V:
         raise Unsupported(f"numpy.{name} with keyword arguments {sorted(kwargs)}")
     if uf.nout != 1 or name not in _UFUNCS or len(args) != uf.nin:
         raise Unsupported(f"numpy.{name} is not traced (no torch equivalent mapped)")
-    operands = [_array(f, a, f"numpy.{name}", tensors=True) if _is_array(a) else _weak(a) for a in args]
+    operands = [as_array(f, a, f"numpy.{name}", tensors=True) if is_array(a) else weak(a) for a in args]
     if not any(isinstance(o, NdarrayV) for o in operands):
         raise Unsupported(f"numpy.{name} of constants only")
-    out_dtype = _ask_numpy(probe or uf, *[_proxy(o) for o in operands]).dtype  # NumPy's checks too
+    out_dtype = ask_numpy(probe or uf, *[_proxy(o) for o in operands]).dtype  # NumPy's checks too
     loop = _loop(uf, operands, out_dtype)
     _check_int_loop(name, loop, operands)
     # torch has no bool kernel for many ops (abs, sign, maximum...): such a bool loop runs on uint8
     # (NumPy's bool results are 0/1 alike) and its result is cast back.
     compute = [np.dtype(np.uint8) if d.kind == "b" and name not in _BOOL_NATIVE else d for d in loop[:-1]]
-    torch_args = [_cast(f, o.t, d) if isinstance(o, NdarrayV) else _scalar_tensor(f, o, d)
+    torch_args = [cast(f, o.t, d) if isinstance(o, NdarrayV) else _scalar_tensor(f, o, d)
                   for o, d in zip(operands, compute)]
-    out = _cast(f, record(f.session, _UFUNCS[name], tuple(torch_args), {}), out_dtype)
+    out = record(f.session, _UFUNCS[name], tuple(torch_args), {})
+    if name == "sign" and loop[0].kind in "fc":  # NumPy's sign(nan) is nan, torch's 0
+        out = record(f.session, torch.where, (record(f.session, torch.isnan, (torch_args[0],), {}), torch_args[0], out), {})
+    out = cast(f, out, out_dtype)
     if any(isinstance(a, TensorV) for a in args):  # eager wraps it back: Tensor.__array_wrap__
-        return _cast(f, out, np.dtype(np.uint8)) if out_dtype.kind == "b" else out
-    return _result(out)
+        return cast(f, out, np.dtype(np.uint8)) if out_dtype.kind == "b" else out
+    return result(out)
 
 
 def _loop(uf, operands, out_dtype) -> tuple:
@@ -288,7 +291,7 @@ def _loop(uf, operands, out_dtype) -> tuple:
     def resolve(typed: bool):
         dts = [o.dtype if isinstance(o, NdarrayV) else np.asarray(o).dtype if typed or type(o) not in _WEAK
                else type(o) for o in operands]
-        return _ask_numpy(uf.resolve_dtypes, (*dts, None))
+        return ask_numpy(uf.resolve_dtypes, (*dts, None))
 
     loop = resolve(False)
     if loop[-1] != out_dtype:
@@ -305,7 +308,7 @@ def _scalar_tensor(f, value, dtype) -> TensorV:
     if type(value) is int and dtype.kind in "iu" and not np.iinfo(dtype).min <= value <= np.iinfo(dtype).max:
         # NumPy compares such a number exactly (``uint8_array > -10``); cast, it would wrap
         raise Unsupported(f"a Python int ({value}) out of the range of a NumPy {dtype} operation")
-    return record(f.session, torch.full, (Const(()), Const(value)), {"dtype": Const(_TORCH_OF_NP[np.dtype(dtype)])})
+    return record(f.session, torch.full, (Const(()), Const(value)), {"dtype": Const(TORCH_OF_NP[np.dtype(dtype)])})
 
 
 def _check_int_loop(name: str, loop, operands) -> None:
@@ -380,9 +383,10 @@ def _getitem(f, a: NdarrayV, key: V) -> V:
             if item.dtype.kind not in "iu":
                 raise Unsupported("indexing a NumPy array with a boolean mask (its size depends on data)")
             parts.append(item.t)
-            all_ints = False
+            all_ints = all_ints and item.ndim == 0  # a NumPy integer scalar indexes as an int
             continue
         k = realize_const(item) if isinstance(item, Const) else _not_index(item)
+        k = _index_value(k)
         if isinstance(k, slice) and (k.step is not None and not (type(k.step) is int and k.step > 0)):
             raise Unsupported("a NumPy slice with a negative step (torch has no negative strides)")
         if not isinstance(k, (*_BASIC, slice)) or isinstance(k, bool):
@@ -393,12 +397,19 @@ def _getitem(f, a: NdarrayV, key: V) -> V:
     return NdarrayV(out, scalar=all_ints and out.fake.dim() == 0)
 
 
+def _index_value(k):
+    """NumPy integers in an index (``a[np.int64(1)]``, ``a[i:]``) as the ints torch takes."""
+    if isinstance(k, slice):
+        return slice(*(_index_value(x) for x in (k.start, k.stop, k.step)))
+    return int(k) if isinstance(k, np.integer) else k
+
+
 def _not_index(item: V):
     raise Unsupported(f"indexing a NumPy array with a {type(item).__name__}")
 
 
-def _bind(name: str, params: tuple, args, kwargs) -> dict:
-    """Bind a NumPy call's arguments to ``params`` ((name, default) pairs, ``_REQ`` for required)."""
+def bind(name: str, params: tuple, args, kwargs) -> dict:
+    """Bind a NumPy call's arguments to ``params`` ((name, default) pairs, ``REQUIRED`` for required)."""
     names = [p for p, _ in params]
     if len(args) > len(params) or set(kwargs) - set(names):
         raise Unsupported(f"numpy.{name} with arguments {sorted(set(kwargs) - set(names)) or len(args)} not traced")
@@ -409,7 +420,7 @@ def _bind(name: str, params: tuple, args, kwargs) -> dict:
         out[k] = v
     for p, d in params:
         if p not in out:
-            if d is _REQ:
+            if d is REQUIRED:
                 raise Unsupported(f"numpy.{name}() missing {p!r}")
             out[p] = Const(d)
     return out
@@ -427,14 +438,63 @@ def call(f, fn, args, kwargs) -> V | None:
     if np is None:
         return None
     handler = FUNCTIONS.get(fn) if _hashable(fn) else None
+    if handler is not None or isinstance(fn, np.ufunc):
+        constants = _constants(args, kwargs)
+        if constants is not None:  # pure NumPy of constants (``np.sqrt(2.0)``, ``np.prod(shape)``)
+            return _fold(f, fn, *constants)
     if handler is not None:
         return handler(f, list(args), dict(kwargs))
     if isinstance(fn, np.ufunc):
-        return ufunc_call(f, fn, args, kwargs) if any(_is_array(a) for a in args) else None
+        return ufunc_call(f, fn, args, kwargs) if any(is_array(a) for a in args) else None
     module = getattr(fn, "__module__", None) or getattr(getattr(fn, "__objclass__", None), "__module__", "") or ""
     if module.split(".")[0] == "numpy" and any(isinstance(a, (NdarrayV, TensorV)) for a in [*args, *kwargs.values()]):
         raise Unsupported(f"numpy.{getattr(fn, '__name__', fn)} is not traced (no torch equivalent mapped)")
     return None
+
+
+_CONST_VALUES = (bool, int, float, complex, str, type(None), type)
+
+
+def _constants(args, kwargs) -> tuple | None:
+    """The values of arguments that are all plain constants (numbers, NumPy scalars and dtypes,
+    tuples/lists of them), else None. Never an ndarray: one is mutable, read as an input."""
+    try:
+        values = [realize_const(a) for a in args], {k: realize_const(v) for k, v in kwargs.items()}
+    except Unsupported:
+        return None
+    return values if all(_plain(v) for v in [*values[0], *values[1].values()]) else None
+
+
+def _plain(x) -> bool:
+    if isinstance(x, (tuple, list)):
+        return all(_plain(i) for i in x)
+    return isinstance(x, (*_CONST_VALUES, np.generic, np.dtype))
+
+
+def _fold(f, fn, args: list, kwargs: dict) -> V:
+    out = ask_numpy(fn, *args, **kwargs)
+    if isinstance(out, np.ndarray):
+        return const_array(f, out, f"numpy.{getattr(fn, '__name__', fn)}")
+    if not _plain(out):
+        raise Unsupported(f"numpy.{getattr(fn, '__name__', fn)} of constants gave a {type(out).__name__}")
+    return Const(out)
+
+
+_CONST_ARRAY_LIMIT = 4096  # items of a non-uniform constant array written into a graph
+
+
+def const_array(f, arr, what: str) -> NdarrayV:
+    """A NumPy array computed at capture time from constants, as a new tensor of the graph."""
+    if arr.dtype not in TORCH_OF_NP:
+        raise Unsupported(f"{what} gives dtype {arr.dtype}, which has no torch equivalent here")
+    dtype, flat = Const(TORCH_OF_NP[arr.dtype]), arr.ravel()
+    if flat.size == 0 or (flat == flat[0]).all():
+        first = flat[0].item() if flat.size else 0
+        return NdarrayV(record(f.session, torch.full, (Const(tuple(arr.shape)), Const(first)), {"dtype": dtype}))
+    if flat.size > _CONST_ARRAY_LIMIT:
+        raise Unsupported(f"{what} makes a constant array of {flat.size} items")
+    t = record(f.session, torch.tensor, (Const(flat.tolist()),), {"dtype": dtype})
+    return NdarrayV(record(f.session, torch.reshape, (t, Const(tuple(arr.shape))), {}))
 
 
 def _hashable(x) -> bool:
@@ -446,8 +506,8 @@ def _hashable(x) -> bool:
 
 
 def transpose(f, args, kwargs) -> V:
-    b = _bind("transpose", (("a", _REQ), ("axes", None)), args, kwargs)
-    a = _array(f, b["a"], "numpy.transpose")
+    b = bind("transpose", (("a", REQUIRED), ("axes", None)), args, kwargs)
+    a = as_array(f, b["a"], "numpy.transpose")
     axes = realize_const(b["axes"])
     if axes is None:
         axes = tuple(reversed(range(a.ndim)))
@@ -464,5 +524,5 @@ def _numpy_scalar_input(session, value, source) -> V:
 
 if np is not None:
     WRAP_TYPES[np.ndarray] = _ndarray_input
-    for _dtype in _TORCH_OF_NP:
+    for _dtype in TORCH_OF_NP:
         WRAP_TYPES[_dtype.type] = _numpy_scalar_input
