@@ -196,3 +196,30 @@ def test_fuzz_write_through_t_of_a_vector(grad):
                        ["v0 = x0.select(0, -1)", "v1 = v0.view(-1)", "v2 = v1.t()", "v3 = v2.mul_(2)"], ["v3"], grad)
     outcome = check(program, seed=1)
     assert outcome.kind == "pass" and not outcome.fallbacks, (outcome, program.source())
+
+
+# seed 35517 (shrunk): a write through a pick of one copy of an expanded intermediate
+# (``x.expand(2, 5, 5).select(0, 1).sin_()``) changes x, the memory every copy shares; the
+# functional scatter kept copy 0 (unwritten), so x and the result kept their old values.
+PICKS_OF_A_COPY = {
+    "select": "v1 = x0.expand([3, 5, 4]).select(0, 2)",
+    "index": "v1 = x0.unsqueeze(0).expand([2, 5, 4])[1]",
+    "slice": "v1 = x0.expand([3, 5, 4])[1:2]",
+    "unbind": "v1 = x0.expand([2, 5, 4]).unbind(0)[1]",
+    "split": "v1 = x0.expand([3, 5, 4]).split([1, 2], 0)[1][1]",
+    "transposed": "v1 = x0.t().expand([2, 4, 5]).transpose(0, 2)[..., 1].t()",
+    "column": "v1 = x0[:, :1].expand([5, 3])[:, 2]",
+}
+
+
+@pytest.mark.parametrize("write", ["v2 = v1.sin_()", "v2 = v1.mul_(x1)", "v2 = v1.copy_(x1 * 2 + 1)",
+                                   "v2 = v1.fill_(0.25)"])
+@pytest.mark.parametrize("pick", list(PICKS_OF_A_COPY))
+@pytest.mark.parametrize("grad", [False, True], ids=["forward", "gradient"])
+def test_fuzz_write_through_one_copy_of_an_expanded_view(pick, write, grad):
+    if grad and pick in ("unbind", "split"):
+        pytest.skip("eager refuses in-place writes to outputs of multi-output views that require grad")
+    program = _program([((5, 4), torch.float64, "offset"), ((1,), torch.float64, "contiguous")],
+                       [PICKS_OF_A_COPY[pick], write, "v3 = x0 * 1.5"], ["v2", "v3", "v1"], grad)
+    outcome = check(program, seed=3)
+    assert outcome.kind == "pass", (outcome, program.source())

@@ -294,6 +294,33 @@ def _check_broadcast_write(alias: Alias) -> None:
                                   f"{alias.storage.input_index}, whose memory is broadcast (stride 0)")
 
 
+# Views that pick part of one dim: over a broadcast dim (stride 0), every part is the same memory.
+_PICKS = {aten.select: ("dim", "index"), aten.slice: ("dim", "start"), aten.unbind: ("dim",),
+          aten.split: ("split_size", "dim"), aten.split_with_sizes: ("split_sizes", "dim")}
+
+
+def _first_copies(root_spec: Any, chain: tuple) -> tuple:
+    """``chain`` with each pick of part of a broadcast dim (``x.expand(2, n)[1]``) moved to the
+    dim's start: the same memory, so the same write; scattered back, the copy written is then the
+    one ``expand``'s rule keeps (it takes the first copy of each broadcast element)."""
+    out, spec = [], root_spec
+    for step in chain:
+        packet = step.op.overloadpacket
+        if packet in _PICKS and isinstance(spec, tc_ir.TensorSpec):
+            dim = _view_args(step, ("dim",), (0,))[0] if packet in (aten.select, aten.slice, aten.unbind) \
+                else _view_args(step, _PICKS[packet], (None, 0))[1]
+            dim %= max(len(spec.shape), 1)
+            if spec.stride[dim] == 0 and spec.shape[dim] != 1:
+                base = step.args[0]
+                if packet in (aten.select, aten.unbind):
+                    step = View(aten.select.int, (base, dim, 0), {}, None, step.spec)
+                else:
+                    step = View(aten.slice.Tensor, (base, dim, 0, step.spec.shape[dim], 1), {}, None, step.spec)
+        out.append(step)
+        spec = step.spec
+    return tuple(out)
+
+
 class AliasTable:
     """Which node each fake tensor currently is, keeping views and their storages in step."""
 
@@ -358,11 +385,12 @@ class AliasTable:
         """Record that ``t`` now holds ``value``: the storage gets ``value`` scattered into it."""
         a = self.alias(t)
         _check_broadcast_write(a)
+        chain = _first_copies(a.storage.value.spec, a.chain)
         bases = [a.storage.value]
-        for step in a.chain[:-1]:
+        for step in chain[:-1]:
             bases.append(self._replay(step, bases[-1]))
         new = value
-        for step, base in reversed(list(zip(a.chain, bases))):
+        for step, base in reversed(list(zip(chain, bases))):
             new = scatter(self.emit, step, base, new)
         a.storage.value = new
         a.storage.version += 1
