@@ -30,6 +30,8 @@ def same(e, c, path="out"):
         assert len(e) == len(c), path
         for i, (x, y) in enumerate(zip(e, c)):
             same(x, y, f"{path}[{i}]")
+    elif isinstance(e, float):  # a sum read with .item(): float32 sums may round differently by a bit
+        assert abs(e - c) <= 1e-5 * max(1.0, abs(e)), f"{path}: {e!r} vs {c!r}"
     else:
         assert e == c, f"{path}: {e!r} vs {c!r}"
 
