@@ -124,6 +124,10 @@ SHAPES = {
     "dot": lambda a: (np.dot(a, a.T), a.dot(a[0]), np.dot(a[0], a[0]), np.dot(a, 2)),
     "astype": lambda a: (a.astype(np.float64), a.astype("int32"), a.astype(bool), a.astype(float), a.copy()),
     "like": lambda a: (np.zeros_like(a), np.ones_like(a, dtype=np.float32), np.full_like(a, 2.5)),
+    "rearrange": lambda a: (np.flip(a), np.flip(a, 1), np.roll(a, 2), np.roll(a, -1, axis=0), np.tile(a, 2),
+                            np.tile(a, (2, 1)), np.repeat(a, 2), np.repeat(a, 3, axis=1), a.repeat(2, axis=0)),
+    "triangles": lambda a: (np.triu(a), np.tril(a, -1), np.diff(a), np.diff(a, n=2, axis=0), np.broadcast_to(a[0], (2, 4))),
+    "round": lambda a: (np.round(a * 1.37, 1), np.around(a), a.round(2), np.round(a)),
 }
 
 

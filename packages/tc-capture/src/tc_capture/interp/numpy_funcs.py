@@ -324,6 +324,78 @@ def dot(f, args, kwargs) -> V:
     return ufunc_call(f, np.matmul, [x, y], {})
 
 
+def around(f, args, kwargs) -> V:
+    """``np.round(a, decimals)``: half to even, scaled by ``10**decimals`` as NumPy does it."""
+    b = bind("round", (("a", REQUIRED), ("decimals", 0), ("out", None)), args, kwargs)
+    _no_out("round", b)
+    a, decimals = as_array(f, b["a"], "numpy.round"), realize_const(b["decimals"])
+    if type(decimals) is not int or a.dtype.kind not in "f" and decimals < 0:
+        raise Unsupported("numpy.round of integers to negative decimals")
+    if a.dtype.kind not in "fc":
+        return NdarrayV(_rec(f, torch.clone, a.t), a.scalar)
+    return NdarrayV(_rec(f, torch.round, a.t, decimals=decimals), a.scalar)
+
+
+def _same_dtype(name: str, params: tuple, build):
+    """A function whose result has its first argument's dtype: ``build(f, a, **constants)``."""
+    def handler(f, args, kwargs) -> V:
+        b = bind(name, params, args, kwargs)
+        a = as_array(f, b.pop("a"), f"numpy.{name}")
+        if a.ndim == 0:
+            raise Unsupported(f"numpy.{name} of a 0-d array or scalar")
+        return NdarrayV(build(f, a, **{k: realize_const(v) for k, v in b.items()}))
+    return handler
+
+
+def _flip(f, a, axis):
+    return _rec(f, torch.flip, a.t, tuple(range(a.ndim)) if axis is None else _dims(axis, a.ndim))
+
+
+def _roll(f, a, shift, axis):
+    if axis is None:
+        return _rec(f, torch.reshape, _rec(f, torch.roll, _rec(f, torch.reshape, a.t, (-1,)), shift), tuple(a.t.fake.shape))
+    return _rec(f, torch.roll, a.t, shift, axis)
+
+
+def _tile(f, a, reps):
+    return _rec(f, torch.tile, a.t, tuple(reps) if isinstance(reps, (tuple, list)) else (reps,))
+
+
+def _repeat(f, a, repeats, axis):
+    if type(repeats) is not int:
+        raise Unsupported("numpy.repeat with per-item repeats")
+    t = _rec(f, torch.reshape, a.t, (-1,)) if axis is None else a.t
+    return _rec(f, torch.repeat_interleave, t, repeats, 0 if axis is None else axis % a.ndim)
+
+
+def _triangle(fn):
+    def build(f, a, k):
+        if a.ndim < 2:
+            raise Unsupported(f"numpy.{fn.__name__} of a 1-d array")
+        return _rec(f, fn, a.t, k)
+    return build
+
+
+def _diff(f, a, n, axis):
+    return _rec(f, torch.diff, a.t, n, axis) if n else a.t
+
+
+def _broadcast_to(f, a, shape):
+    return _rec(f, torch.broadcast_to, a.t, (shape,) if isinstance(shape, int) else tuple(shape))
+
+
+_SAME_DTYPE = {
+    "flip": ((("a", REQUIRED), ("axis", None)), _flip),
+    "roll": ((("a", REQUIRED), ("shift", REQUIRED), ("axis", None)), _roll),
+    "tile": ((("a", REQUIRED), ("reps", REQUIRED)), _tile),
+    "repeat": ((("a", REQUIRED), ("repeats", REQUIRED), ("axis", None)), _repeat),
+    "triu": ((("a", REQUIRED), ("k", 0)), _triangle(torch.triu)),
+    "tril": ((("a", REQUIRED), ("k", 0)), _triangle(torch.tril)),
+    "diff": ((("a", REQUIRED), ("n", 1), ("axis", -1)), _diff),
+    "broadcast_to": ((("a", REQUIRED), ("shape", REQUIRED)), _broadcast_to),
+}
+
+
 # ---- dtypes, copies, new arrays -------------------------------------------------------------------
 def astype(f, args, kwargs) -> V:
     b = bind("astype", (("a", REQUIRED), ("dtype", REQUIRED), ("order", "K"), ("casting", "unsafe"), ("subok", True),
@@ -432,6 +504,10 @@ def _fill_tables() -> None:
                       np.expand_dims: expand_dims, np.ravel: ravel, np.where: where, np.clip: clip,
                       np.dot: dot, np.copy: copy, np.asarray: asarray, np.array: array,
                       np.concatenate: _joined("concatenate", torch.cat), np.stack: _joined("stack", torch.stack)})
+    for name, (params, build) in _SAME_DTYPE.items():
+        FUNCTIONS[getattr(np, name)] = _same_dtype(name, params, build)
+    FUNCTIONS[np.round] = FUNCTIONS[np.around] = METHODS["round"] = around
+    METHODS["repeat"] = FUNCTIONS[np.repeat]
     for name in ("zeros_like", "ones_like", "full_like"):
         FUNCTIONS[getattr(np, name)] = _like(name)
     for fn in (np.arange, np.linspace, np.zeros, np.ones, np.full, np.eye, np.identity):
