@@ -80,7 +80,8 @@ def test_compiled_step_is_a_few_kernels_whatever_the_parameter_count(monkeypatch
     counts = {}
     for n in (4, 24):
         g = torch.Generator().manual_seed(n)
-        params = [torch.nn.Parameter(torch.randn(SHAPES[i % 3], generator=g)) for i in range(n)]
+        # distinct shapes: one kernel per parameter without multi-tensor kernels
+        params = [torch.nn.Parameter(torch.randn(k + 2, generator=g)) for k in range(n)]
         for p in params:
             p.grad = torch.randn(p.shape, generator=g)
         opt = OPTIMIZERS[name](params)
@@ -93,4 +94,6 @@ def test_compiled_step_is_a_few_kernels_whatever_the_parameter_count(monkeypatch
         assert "copy_" not in steady.source
         assert steady.stats["inplace_outputs"] >= n, steady.stats
         counts[n] = steady.stats["kernels"]
-    assert counts[24] == counts[4] <= 3, counts
+    # the step counters (and their bias corrections), then the parameters: a few launches, the
+    # count growing only by the buffer budget of a kernel (combo.MAX_POINTERS, ~30 parameters)
+    assert counts[4] <= 2 and counts[24] <= 3, counts

@@ -404,6 +404,10 @@ class GraphLowering:
     def _maybe_realize(self, node: Node, result: Any) -> Any:
         if isinstance(result, Pointwise) and len(node.users) > 1 and _expensive(result):
             return self.realize(result)
+        if isinstance(result, Pointwise) and node.users and _scalar_math(result):
+            # one value computed with costly math (an optimizer's pow(beta, step) and bias
+            # corrections): stored once, not recomputed for every element of each reader
+            return self.realize(result)
         if isinstance(result, Pointwise) and node.users and node in self.graph.output_nodes:
             # stored anyway as an output: its readers load it (in the same kernel, the value
             # itself) instead of recomputing it from its inputs. An optimizer's new exp_avg is
@@ -477,6 +481,18 @@ def _expensive(value: Pointwise) -> bool:
     ops = value.load(index).toposort()
     loads = sum(1 for u in ops if u.op is kir.Ops.LOAD)
     return len(ops) > 48 or loads > 4
+
+
+_CHEAP = {kir.Ops.LOAD, kir.Ops.CONST, kir.Ops.CAST, kir.Ops.INDEX, kir.Ops.ADD, kir.Ops.SUB, kir.Ops.MUL,
+          kir.Ops.NEG, kir.Ops.WHERE, kir.Ops.MAX, kir.Ops.MIN, kir.Ops.LT, kir.Ops.LE, kir.Ops.GT, kir.Ops.GE,
+          kir.Ops.EQ, kir.Ops.NE, kir.Ops.AND, kir.Ops.OR, kir.Ops.NOT}
+
+
+def _scalar_math(value: Pointwise) -> bool:
+    """A one-element value whose body does more than cheap arithmetic (a pow, a division...)."""
+    if not all(isinstance(s, int) and s == 1 for s in value.shape):
+        return False
+    return any(u.op not in _CHEAP for u in value.load(kir.xvars(value.ndim)).toposort())
 
 
 def _extern_outputs(name: str, spec: Any) -> Any:
