@@ -370,3 +370,18 @@ def test_in_place_torch_op_on_from_numpy_writes_the_array_argument():
         return t * 2
 
     check(fn, lambda: (np.random.randn(3),))
+
+
+def test_ndarray_subclass_arguments_fall_back():
+    def fn(a):
+        return a + 1
+
+    for make in (lambda: (np.ma.masked_array(np.random.randn(3), mask=[0, 1, 0]),), lambda: (np.matrix(np.random.randn(2, 2)),)):
+        with pytest.raises((tc_capture.GraphBreakError, tc_capture.CompileError), match="ndarray subclass"):
+            tc_capture.optimize(interpret_backend, fullgraph=True)(fn)(*make())
+        compiled = tc_capture.optimize(interpret_backend)(fn)
+        for _ in range(2):
+            a = make()[0]
+            e, c = fn(a), compiled(a)
+            assert type(e) is type(c)
+            np.testing.assert_array_equal(np.asarray(e), np.asarray(c))

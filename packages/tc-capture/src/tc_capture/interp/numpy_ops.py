@@ -522,7 +522,13 @@ def _numpy_scalar_input(session, value, source) -> V:
     return Const(value, source)
 
 
+def _ndarray_subclass(session, value, source) -> V:
+    raise Unsupported(f"a {type(value).__qualname__} argument (an ndarray subclass: its operations are its own)")
+
+
 if np is not None:
     WRAP_TYPES[np.ndarray] = _ndarray_input
+    for _cls in (np.matrix, np.ma.MaskedArray, np.memmap, np.recarray):  # else a Const whose values would be baked
+        WRAP_TYPES[_cls] = _ndarray_subclass
     for _dtype in TORCH_OF_NP:
         WRAP_TYPES[_dtype.type] = _numpy_scalar_input
