@@ -75,6 +75,9 @@ class NdarrayV(V):
     def truthy(self, f) -> bool:
         raise Unsupported("truth of a NumPy array or scalar (depends on its data)")
 
+    def realize(self):
+        raise Unsupported("a NumPy array's value used in Python (float(), str(), abs()...: it depends on data)")
+
     def length(self, f) -> V:
         if self.ndim == 0:
             raise Unsupported("len() of a NumPy scalar or 0-d array (eager raises TypeError)")
@@ -182,10 +185,12 @@ def is_array(v: V) -> bool:
 
 def weak(v: V):
     """A constant operand: a Python number (weak) or a NumPy scalar (strong)."""
-    value = realize_const(v) if isinstance(v, Const) else None
-    if type(value) in _WEAK or np is not None and isinstance(value, np.generic) and value.dtype in TORCH_OF_NP:
-        return value
-    raise Unsupported(f"a NumPy operand of type {type(v).__name__ if value is None else type(value).__name__}")
+    if isinstance(v, Const):
+        value = v.value
+        if type(value) in _WEAK or isinstance(value, np.generic) and value.dtype in TORCH_OF_NP:
+            return value
+        raise Unsupported(f"a NumPy operand of type {type(value).__name__} (arrays, tensors and numbers are traced)")
+    raise Unsupported(f"a NumPy operand that is a {type(v).__name__} (arrays, tensors and numbers are traced)")
 
 
 def _proxy(v):
