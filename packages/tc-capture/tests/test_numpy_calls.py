@@ -78,7 +78,8 @@ ELEMENTWISE = {
     "rounding": lambda a: (np.floor(a), np.ceil(a), np.rint(a * 0.5), np.trunc(a)),
     "trig2": lambda a: (np.arctan2(a, 2.0), np.hypot(a, a), np.square(a)),
     "bitwise": lambda a: (a & 1, a | a, a ^ 3, ~a), "sign_abs": lambda a: (np.sign(a), np.abs(a), abs(-2)),
-    "nan": lambda a: (np.sign(a / 0 * 0), np.maximum(a / 0 * 0, a), np.fmax(a / 0 * 0, a), np.clip(a / 0 * 0, 0, 1)),
+    "nan": lambda a: (np.sign(a / 0 * 0), np.maximum(a / 0 * 0, a), np.fmax(a / 0 * 0, a), np.clip(a / 0 * 0, 0, 1),
+                       np.sort(np.where(a > 0, a / 0 * 0, a)), np.max(np.where(a > 1, a / 0 * 0, a), axis=0)),
     "numpy_int_index": lambda a: (a[np.int64(1)], a[np.int64(1):], a[1:np.int32(3), np.int64(0)]),
     "matmul": lambda a: a @ a.T,
 }
@@ -129,6 +130,10 @@ SHAPES = {
                             np.tile(a, (2, 1)), np.repeat(a, 2), np.repeat(a, 3, axis=1), a.repeat(2, axis=0)),
     "triangles": lambda a: (np.triu(a), np.tril(a, -1), np.diff(a), np.diff(a, n=2, axis=0), np.broadcast_to(a[0], (2, 4))),
     "round": lambda a: (np.round(a * 1.37, 1), np.around(a), a.round(2), np.round(a)),
+    "sort": lambda a: (np.sort(a), np.sort(a, axis=0), np.sort(a, axis=None), np.argsort(a, kind="stable"),
+                       a.argsort(axis=0, kind="stable"), np.argsort(a // 2, axis=None, stable=True)),
+    "norm_einsum": lambda a: (np.linalg.norm(a), np.linalg.norm(a, axis=1), np.linalg.norm(a, axis=0, keepdims=True),
+                              np.einsum("ij,kj->ik", a, a), np.einsum("ii", a[:3, :3])),
 }
 
 
@@ -266,7 +271,7 @@ def branch_on_data(x):
 
 
 def unmapped(x):
-    return np.sort(x.numpy(), axis=0) + 1
+    return np.unique(x.numpy()) + 1
 
 
 def random(x):
@@ -294,7 +299,7 @@ def int_out_of_range(x):
 
 
 BREAKS = [(needs_grad, "requires grad"), (in_place, "in-place iadd"), (item_write, "item assignment"),
-          (view_write, "in-place iadd"), (branch_on_data, "truth of a NumPy array"), (unmapped, "numpy.sort is not traced"),
+          (view_write, "in-place iadd"), (branch_on_data, "truth of a NumPy array"), (unmapped, "numpy.unique is not traced"),
           (random, "rand"), (tensor_with_array, "between a tensor and a NumPy array"),
           (torch_op_on_array, "torch.sin given a NumPy array"), (item_read, "ndarray.item()"),
           (uint64_sum, "uint64"), (int_out_of_range, "out of the range")]
@@ -412,3 +417,8 @@ def test_generated_chains(seed):
         return a
 
     check(fn, tensor(4, 3, dtype=dtype), tol=1e-2 if dtype is torch.float16 else None)
+
+
+def test_argsort_needs_a_stable_sort():
+    with pytest.raises(tc_capture.GraphBreakError, match="kind='stable'"):
+        tc_capture.optimize(interpret_backend, fullgraph=True)(lambda x: np.argsort(x.numpy()))(torch.randn(4))

@@ -396,6 +396,54 @@ _SAME_DTYPE = {
 }
 
 
+def sort(f, args, kwargs) -> V:
+    """``np.sort(a, axis=-1)``: the sorted values (which are the same for any sort kind; NaN last in
+    both). ``axis=None`` sorts the flattened array."""
+    b = bind("sort", (("a", REQUIRED), ("axis", -1), ("kind", None), ("order", None)), args, kwargs)
+    a, axis = as_array(f, b["a"], "numpy.sort"), realize_const(b["axis"])
+    if realize_const(b["order"]) is not None or a.ndim == 0 and axis is not None:
+        raise Unsupported("numpy.sort with order= or of a 0-d array")
+    t = _rec(f, torch.reshape, a.t, (-1,)) if axis is None else a.t
+    values = _rec(f, torch.sort, _no_bool(f, t), stable=True, dim=0 if axis is None else axis).items[0]
+    return NdarrayV(cast(f, values, a.dtype))
+
+
+def argsort(f, args, kwargs) -> V:
+    """``np.argsort(a, kind="stable")`` only: NumPy's default sort is not stable, so the order of
+    equal items is its own."""
+    b = bind("argsort", (("a", REQUIRED), ("axis", -1), ("kind", None), ("order", None), ("stable", None)), args, kwargs)
+    if realize_const(b["kind"]) != "stable" and realize_const(b["stable"]) is not True:
+        raise Unsupported("numpy.argsort without kind='stable' (the order of equal items is NumPy's own)")
+    a, axis = as_array(f, b["a"], "numpy.argsort"), realize_const(b["axis"])
+    t = _rec(f, torch.reshape, a.t, (-1,)) if axis is None else a.t
+    return NdarrayV(_rec(f, torch.argsort, _no_bool(f, t), dim=0 if axis is None else axis, stable=True))
+
+
+def norm(f, args, kwargs) -> V:
+    """``np.linalg.norm(x, ord=None, axis=None, keepdims=False)``: the 2-norm of the flattened
+    array, or of vectors along ``axis`` (one int)."""
+    b = bind("linalg.norm", (("x", REQUIRED), ("ord", None), ("axis", None), ("keepdims", False)), args, kwargs)
+    a, axis, keep = as_array(f, b["x"], "numpy.linalg.norm"), realize_const(b["axis"]), bool(realize_const(b["keepdims"]))
+    if realize_const(b["ord"]) is not None or not (axis is None or type(axis) is int):
+        raise Unsupported("numpy.linalg.norm with ord= or a tuple axis")
+    dtype = _ask(np.linalg.norm, np.ones((1,) * max(a.ndim, 1), a.dtype), axis=axis).dtype
+    t = cast(f, a.t, dtype)
+    if axis is None:
+        out = _rec(f, torch.linalg.vector_norm, t)
+        return result(_rec(f, torch.reshape, out, (1,) * a.ndim) if keep else out)
+    return result(_rec(f, torch.linalg.vector_norm, t, dim=axis, keepdim=keep))
+
+
+def einsum(f, args, kwargs) -> V:
+    if kwargs or not args or not isinstance(args[0], Const) or type(args[0].value) is not str:
+        raise Unsupported("numpy.einsum other than einsum('subscripts', *arrays)")
+    arrays = [as_array(f, a, "numpy.einsum", tensors=True) for a in args[1:]]
+    dtype = np.result_type(*[a.dtype for a in arrays])
+    if dtype.kind == "b":
+        raise Unsupported("numpy.einsum of bool arrays")
+    return result(_rec(f, torch.einsum, args[0].value, [cast(f, a.t, dtype) for a in arrays]))
+
+
 # ---- dtypes, copies, new arrays -------------------------------------------------------------------
 def astype(f, args, kwargs) -> V:
     b = bind("astype", (("a", REQUIRED), ("dtype", REQUIRED), ("order", "K"), ("casting", "unsafe"), ("subok", True),
@@ -507,6 +555,8 @@ def _fill_tables() -> None:
     for name, (params, build) in _SAME_DTYPE.items():
         FUNCTIONS[getattr(np, name)] = _same_dtype(name, params, build)
     FUNCTIONS[np.round] = FUNCTIONS[np.around] = METHODS["round"] = around
+    FUNCTIONS.update({np.sort: sort, np.argsort: argsort, np.linalg.norm: norm, np.einsum: einsum})
+    METHODS["argsort"] = argsort
     METHODS["repeat"] = FUNCTIONS[np.repeat]
     for name in ("zeros_like", "ones_like", "full_like"):
         FUNCTIONS[getattr(np, name)] = _like(name)
