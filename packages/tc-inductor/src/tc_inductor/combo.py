@@ -37,7 +37,7 @@ from .scheduler import Group, Schedule, reads_of
 MAX_POINTERS = 256  # buffer arguments of one combined kernel (launch cost, compile time, CUDA's 4 KB)
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class ComboGroup(Group):
     """Groups launched as one kernel; ``members`` are all their buffers (for the wrapper and
     the in-place planner, which treat the combo as one step)."""

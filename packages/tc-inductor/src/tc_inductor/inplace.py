@@ -55,6 +55,7 @@ def plan(lowered: LoweredGraph, steps: list, layouts: dict, pairs: dict, reads_o
     result = InplacePlan()
     if not pairs:
         return result
+    reads_of = _memo(reads_of)  # asked per member and pair: a multi-tensor kernel has hundreds
     leaves = list(tc_ir.leaves(lowered.outputs))
     returned: dict[str, int] = {}
     for leaf in leaves:
@@ -101,6 +102,17 @@ def plan(lowered: LoweredGraph, steps: list, layouts: dict, pairs: dict, reads_o
                 result.buffers[member.name] = source
                 taken.add(source)
     return result
+
+
+def _memo(reads_of: Any) -> Any:
+    known: dict[str, set] = {}
+
+    def reads(step: Any) -> set:
+        if step.name not in known:
+            known[step.name] = reads_of(step)
+        return known[step.name]
+
+    return reads
 
 
 def _plan_extern(step: ExternCall, position: int, wanted: dict, free_after: Any, result: InplacePlan,

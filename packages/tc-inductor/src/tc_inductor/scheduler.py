@@ -33,7 +33,7 @@ def squeeze(sizes) -> tuple:
     return tuple(s for s in sizes if s != 1)
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class Group:
     """Buffers that become one kernel."""
 
@@ -43,6 +43,9 @@ class Group:
     r: tuple
     device: Any
     closed: bool = False
+
+    def __repr__(self) -> str:  # short: networkx formats it into every has_path it answers no
+        return f"<{type(self).__name__} {self.id}: {len(self.members)} buffers, x={list(self.x)} r={list(self.r)}>"
 
     def key_of(self, buf: ComputedBuffer) -> tuple | None:
         """(x, r) of this group with ``buf`` added, or None when it does not fit."""
