@@ -422,3 +422,19 @@ def test_generated_chains(seed):
 def test_argsort_needs_a_stable_sort():
     with pytest.raises(tc_capture.GraphBreakError, match="kind='stable'"):
         tc_capture.optimize(interpret_backend, fullgraph=True)(lambda x: np.argsort(x.numpy()))(torch.randn(4))
+
+
+def test_ndarray_arguments_sharing_memory_are_not_one_graph():
+    def fn(a, b):
+        torch.from_numpy(a).add_(1)
+        return b * 2
+
+    compiled = tc_capture.optimize(interpret_backend)(fn)
+    a = np.zeros(3)
+    np.testing.assert_array_equal(compiled(np.zeros(3), np.zeros(3)), np.zeros(3))  # apart: compiled
+    e_arr, c_arr = a.copy(), a.copy()
+    np.testing.assert_array_equal(compiled(c_arr, c_arr), fn(e_arr, e_arr))  # one array twice: eager's answer
+    np.testing.assert_array_equal(c_arr, e_arr)
+    e_arr, c_arr = np.zeros((2, 3)), np.zeros((2, 3))
+    np.testing.assert_array_equal(compiled(c_arr, c_arr[0]), fn(e_arr, e_arr[0]))  # a view of the other
+    np.testing.assert_array_equal(c_arr, e_arr)

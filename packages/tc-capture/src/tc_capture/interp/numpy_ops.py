@@ -26,6 +26,7 @@ it are recorded as the torch ops that compute the same values, with NumPy's dtyp
 from __future__ import annotations
 
 import operator
+import weakref
 
 import torch
 
@@ -134,10 +135,35 @@ def _ndarray_input(session, value, source) -> V:
     if value.dtype not in TORCH_OF_NP or not value.flags.writeable or any(s < 0 for s in value.strides) \
             or any(s % value.itemsize for s in value.strides):
         raise Unsupported(f"an ndarray argument of dtype {value.dtype} (read-only, or a layout torch cannot view)")
-    session.guards.type_is(source, value)
-    expr = f"{session.guards.ref(torch.from_numpy)}({source.expr})"
+    g = session.guards
+    g.type_is(source, value)
+    seen = _NDARRAY_INPUTS.setdefault(session, [])
+    same = _same_or_apart(session, value, source, seen)
+    if same is not None:
+        return same
+    expr = f"{g.ref(torch.from_numpy)}({source.expr})"
     t = session._tensor_input(torch.from_numpy(value), S.Source(expr, source.name))
-    return NdarrayV(t, source=source)
+    seen.append((source, value, NdarrayV(t, source=source)))
+    return seen[-1][2]
+
+
+_NDARRAY_INPUTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # session -> [(source, array, V)]
+
+
+def _same_or_apart(session, value, source, seen: list) -> NdarrayV | None:
+    """One array reached twice (a local and the stack after a break) is one input, guarded ``is``.
+    Other ndarray inputs must not share memory (an in-place op through one would not be seen
+    through the other, as it is in eager): checked now and guarded."""
+    g = session.guards
+    for other_source, other, other_v in seen:
+        if other is value:
+            g.add(source, f"{source.expr} is {other_source.expr}", f"{g.readable(source)} is {g.readable(other_source)}")
+            return other_v
+        if np.may_share_memory(value, other):
+            raise Unsupported("two ndarray arguments that share memory")
+        g.add(source, f"not {g.ref(np.may_share_memory)}({source.expr}, {other_source.expr})",
+              f"{g.readable(source)} and {g.readable(other_source)} do not share memory")
+    return None
 
 
 def from_numpy_call(f, fn, args, kwargs) -> V | None:
