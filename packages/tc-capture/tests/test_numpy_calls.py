@@ -348,8 +348,14 @@ def test_changing_shapes():
     check(fn, lambda: (torch.randn(*next(shapes)),), calls=4)
 
 
-def test_iterating_an_array_falls_back_with_eager_results():
-    check(lambda x: tuple(r * 2 for r in x.numpy()), tensor(3, 4), fullgraph=False)
+def test_iterating_an_array():
+    def fn(x):
+        a = x.numpy()
+        rows = [r * 2 for r in a]
+        first, *rest = a[0]
+        return rows, first, rest, sum(a[1]), list(a[2]), type(iter(a)) is type(iter(np.empty(1)))
+
+    check(fn, tensor(3, 4))
 
 
 def test_numpy_scalar_types_on_arrays():

@@ -40,6 +40,8 @@ def iterate(f, v: V) -> IterV | LazyV:
         return IterV(view_items(v), cls=_VIEW_ITER_TYPES[v.kind])
     if isinstance(v, TensorV):
         return _tensor_rows(f, v)
+    if hasattr(v, "rows"):  # a NumPy array (numpy_ops.NdarrayV)
+        return v.rows(f)
     if isinstance(v, Const):
         return _const_items(f, v)
     if isinstance(v, ObjV):

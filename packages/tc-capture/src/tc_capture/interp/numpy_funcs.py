@@ -492,7 +492,8 @@ def _like(name: str):
         params = (("a", REQUIRED),) + ((("fill_value", REQUIRED),) if name == "full_like" else ()) + (("dtype", None),)
         b = bind(name, params, args, kwargs)
         a = as_array(f, b["a"], f"numpy.{name}")
-        dtype = dtype_arg(b["dtype"]) or a.dtype
+        dtype = dtype_arg(b["dtype"])
+        dtype = a.dtype if dtype is None else dtype
         fill = {"zeros_like": 0, "ones_like": 1}.get(name)
         fill = _ask(np.asarray, weak(b["fill_value"]) if fill is None else fill, dtype=dtype).item()
         return NdarrayV(_rec(f, torch.full_like, a.t, fill, dtype=TORCH_OF_NP[dtype]), a.scalar)
@@ -562,6 +563,8 @@ def _fill_tables() -> None:
         FUNCTIONS[getattr(np, name)] = _like(name)
     for fn in (np.arange, np.linspace, np.zeros, np.ones, np.full, np.eye, np.identity):
         FUNCTIONS[fn] = _constructor(fn)
+    # np.empty's contents are whatever memory held: zeros are as good an answer, and one constant
+    FUNCTIONS[np.empty], FUNCTIONS[np.empty_like] = _constructor(np.zeros), FUNCTIONS[np.zeros_like]
     for dtype in TORCH_OF_NP:
         FUNCTIONS[dtype.type] = _scalar_type(dtype.type)
     METHODS.update({"reshape": method_reshape, "transpose": method_transpose, "swapaxes": swapaxes,

@@ -35,7 +35,7 @@ from .base import Unsupported
 from .pyops import realize_const
 from .record import record
 from .session import WRAP_TYPES
-from .variables import BoundV, Const, TensorV, TupleV, V
+from .variables import BoundV, Const, IterV, TensorV, TupleV, V
 
 try:
     import numpy as np
@@ -48,6 +48,7 @@ TORCH_OF_NP = {} if np is None else {np.dtype(n): getattr(torch, n) for n in _NP
 _NP_OF_TORCH = {t: n for n, t in TORCH_OF_NP.items()}
 _WEAK = (bool, int, float, complex)  # Python numbers: NEP 50 "weak" operands
 REQUIRED = object()  # a required parameter in a signature table
+_ARRAY_ITERATOR = None if np is None else type(iter(np.empty(1)))
 
 
 class NdarrayV(V):
@@ -89,6 +90,12 @@ class NdarrayV(V):
 
     def getitem(self, f, key: V) -> V:
         return _getitem(f, self, key)
+
+    def rows(self, f) -> IterV:
+        """``iter(a)``: its rows (NumPy scalars for a 1-d array)."""
+        if self.ndim == 0:
+            raise Unsupported("iteration over a NumPy scalar or 0-d array (eager raises TypeError)")
+        return IterV([_getitem(f, self, Const(i)) for i in range(self.t.fake.shape[0])], cls=_ARRAY_ITERATOR)
 
     def operate(self, f, fn, *operands: V) -> V:
         """A Python operator (``pyops``) with this value among its operands."""
