@@ -444,3 +444,28 @@ def test_ndarray_arguments_sharing_memory_are_not_one_graph():
     e_arr, c_arr = np.zeros((2, 3)), np.zeros((2, 3))
     np.testing.assert_array_equal(compiled(c_arr, c_arr[0]), fn(e_arr, e_arr[0]))  # a view of the other
     np.testing.assert_array_equal(c_arr, e_arr)
+
+
+def _helper_with_break(a):
+    print("", end="")  # a graph break inside an inlined call
+    return a * 2
+
+
+def arrays_across_breaks(x):
+    a = x.numpy()
+    b = _helper_with_break(np.sin(a))
+    s = np.sum(a)
+    print("", end="")
+    return {"b": b + a, "s": s * 2, "rows": [a[0], a[-1]]}
+
+
+def test_arrays_live_across_graph_breaks():
+    def same_dict(e, c):
+        assert list(e) == list(c)
+        for k in e:
+            same(e[k], c[k], k)
+
+    compiled = tc_capture.optimize(interpret_backend)(arrays_across_breaks)
+    for _ in range(3):
+        x = torch.randn(2, 3)
+        same_dict(arrays_across_breaks(x), compiled(x.clone()))
