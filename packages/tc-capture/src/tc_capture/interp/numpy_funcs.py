@@ -48,9 +48,9 @@ def _v(x) -> V:
 
 
 def _stand_in(a: NdarrayV):
-    """A zero-memory array of ``a``'s dtype and shape (sizes as captured) to ask NumPy about."""
-    shape = tuple(int(s) for s in a.t.fake.shape)
-    return np.broadcast_to(np.empty((), a.dtype), shape)
+    """A one-item array of ``a``'s dtype and rank to ask NumPy about (sizes are checked by torch on
+    fake tensors; reading them here would specialise symbolic sizes)."""
+    return np.empty((1,) * a.ndim, a.dtype)
 
 
 def _ask(fn, *args, **kwargs):
