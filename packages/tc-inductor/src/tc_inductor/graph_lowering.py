@@ -406,7 +406,9 @@ class GraphLowering:
             return self.realize(result)
         if isinstance(result, Pointwise) and node.users and _scalar_math(result):
             # one value computed with costly math (an optimizer's pow(beta, step) and bias
-            # corrections): stored once, not recomputed for every element of each reader
+            # corrections) on the CPU: stored once, not recomputed for every element of each
+            # reader (a few cores, ~10 ns a pow). A GPU hides it behind the kernel's memory
+            # traffic, and a stored scalar costs a pointer and a kernel before its readers.
             return self.realize(result)
         if isinstance(result, Pointwise) and node.users and node in self.graph.output_nodes:
             # stored anyway as an output: its readers load it (in the same kernel, the value
@@ -490,7 +492,7 @@ _CHEAP = {kir.Ops.LOAD, kir.Ops.CONST, kir.Ops.CAST, kir.Ops.INDEX, kir.Ops.ADD,
 
 def _scalar_math(value: Pointwise) -> bool:
     """A one-element value whose body does more than cheap arithmetic (a pow, a division...)."""
-    if not all(isinstance(s, int) and s == 1 for s in value.shape):
+    if torch.device(value.device).type != "cpu" or not all(isinstance(s, int) and s == 1 for s in value.shape):
         return False
     return any(u.op not in _CHEAP for u in value.load(kir.xvars(value.ndim)).toposort())
 

@@ -191,9 +191,9 @@ def _illegal(dag: nx.DiGraph, group: Group, buf: ComputedBuffer, producers: set,
     return None
 
 
-# Buffer arguments of one horizontally fused kernel: an optimizer's same-shape parameters (74 of
-# GPT-2's are [768]) would otherwise make one kernel of ~600 pointers (CUDA passes kernel
-# arguments in 4 KB); combo.py launches the pieces together anyway.
+# Buffer arguments of one fused kernel: an optimizer's same-shape parameters (74 of GPT-2's are
+# [768]) would otherwise make one kernel of ~600 pointers (CUDA passes kernel arguments in 4 KB);
+# combo.py launches the pieces together anyway.
 MAX_KERNEL_BUFFERS = 256
 
 
@@ -201,7 +201,7 @@ def _unprofitable(group: Group, buf: ComputedBuffer, producers: set, reads: dict
     """Horizontal fusion of reductions pays only when they read a buffer in common. Otherwise the
     kernel saves a launch but waits for its last member's inputs, and in a backward pass it
     gathers every layer's weight-gradient reductions into one long kernel at the end."""
-    if group not in producers and _buffers(group, buf, reads) >= MAX_KERNEL_BUFFERS:
+    if _buffers(group, buf, reads) >= MAX_KERNEL_BUFFERS:
         return f"a kernel of over {MAX_KERNEL_BUFFERS} buffers"
     if group in producers or not (buf.is_reduction or group.r):
         return None
