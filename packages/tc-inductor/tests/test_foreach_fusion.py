@@ -207,3 +207,35 @@ def test_first_direct_launch_of_an_in_place_kernel_applies_the_update_once():
         assert got is fresh
         torch.testing.assert_close(got, want)
     assert fake.launch == fake._direct
+
+
+def _sgd(g, *inputs):
+    """SGD with momentum over n parameters (no pow: libdevice is not interpreted)."""
+    n = len(inputs) // 3
+    params, grads, bufs = (list(inputs[k * n:(k + 1) * n]) for k in range(3))
+    bufs = _items(g, g.call(aten._foreach_mul.Scalar, bufs, 0.9), n)
+    bufs = _items(g, g.call(aten._foreach_add.List, bufs, grads), n)
+    new = _items(g, g.call(aten._foreach_add.List, params, bufs, kwargs={"alpha": -0.1}), n)
+    return tuple(new + bufs)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="GPU hosts run the real thing")
+def test_gpu_source_of_a_multi_tensor_kernel_under_the_interpreter(monkeypatch):
+    from tc_inductor.codegen import triton as triton_backend
+
+    monkeypatch.setattr(triton_backend, "_interpreting", lambda device: False)
+    shapes = [(3000,), (5, 7), (1,), (2048,), (0, 3), (4, 3)]  # 2048: a full block, no mask
+
+    def make(seed):
+        g = torch.Generator().manual_seed(seed)
+        return [torch.randn(s, generator=g) for _ in range(3) for s in shapes]
+
+    inputs = make(0)
+    g = build(_sgd, inputs)
+    n = len(shapes)
+    pairs = {i: i for i in range(n)} | {n + i: 2 * n + i for i in range(n)}
+    k = tc_inductor.compile(g, inputs, {"backend": "triton", "cache": False, "inplace_outputs": pairs})
+    combined = [s for s in k.kernels if "_tc_part1(" in s]
+    assert k.stats["kernels"] == 1 and combined and "elif pid < " in combined[0], k.kernels
+    for seed in (1, 2):
+        assert _run_in_place(g, k, make(seed), pairs) == len(pairs)
