@@ -52,7 +52,24 @@ def worker(args: argparse.Namespace) -> None:
             results = [engine.SampleOutcome("-", "-", "-", -1, "crash", f"harness: {type(e).__name__}: {e}")]
         for r in results:
             print(json.dumps({"op": name, **attrs.asdict(r)}), flush=True)
+        if not _device_usable(args.device):  # a CUDA error poisons the process: start a fresh one
+            print(json.dumps({"done": name, "restart": True}), flush=True)
+            return
         print(json.dumps({"done": name}), flush=True)
+
+
+def _device_usable(device: str) -> bool:
+    """False once an asynchronous device error (an illegal memory access) has been raised: every
+    later call in this process fails with it, so the rest of the ops would all be misreported."""
+    if not device.startswith("cuda"):
+        return True
+    import torch
+    try:
+        torch.cuda.synchronize()
+        torch.zeros(1, device=device).add_(1).item()
+        return True
+    except Exception:
+        return False
 
 
 class Pool:
@@ -103,6 +120,10 @@ class Pool:
             for line in proc.stdout:
                 record = json.loads(line)
                 if "done" in record:
+                    if record.get("restart"):
+                        proc.stdin.close()
+                        proc.wait()
+                        return False
                     return True
                 with self.lock:
                     emit(record)
