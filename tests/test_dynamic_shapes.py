@@ -200,3 +200,41 @@ def test_explain_lists_symbolic_sizes_and_their_guards():
     for guard in ["x: Tensor float32[2, s0] stride=(s0, 1) cpu", "x.shape[1] >= 2 (s0: sizes 0 and 1 are specialised)",
                   "x.shape[1] <= 64 (s0: mark_dynamic bounds)", "x.shape[1] > 4 (s0 > 4)"]:
         assert guard in text, text
+
+
+class SdpaBlock(Block):
+    """``Block`` with fused attention: on CUDA torch chooses among flash, memory-efficient and cuDNN."""
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = (t.view(B, T, self.nh, C // self.nh).transpose(1, 2) for t in self.qkv(self.ln1(x)).split(C, dim=2))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
+        return x + self.mlp(self.ln2(x))
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[
+    pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")])])
+@pytest.mark.parametrize("dynamic, mark, expected", [(None, False, 2), (None, True, 1), (True, False, 1)])
+def test_fused_attention_over_sequence_lengths(device, dynamic, mark, expected):
+    # On an H100 (torch 2.11) eager picks cuDNN attention for bf16, whose eligibility checks read the
+    # lengths as integers: traced as they were, every length compiled anew (tc_ir.fake.sized_call).
+    torch.manual_seed(0)
+    m = SdpaBlock(C=128, nh=2).to(device)
+    cm = tc.compile(m, dynamic=dynamic)
+    tol = dict(atol=3e-2, rtol=3e-2) if device == "cuda" else TOL
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for T in [64, 96, 128, 200, 256, 384]:
+            x = torch.randn(2, T, 128, device=device, requires_grad=True)
+            if mark:
+                tc.mark_dynamic(x, 1)
+            with torch.autocast(device, torch.bfloat16, enabled=device == "cuda"):
+                out, ref = cm(x), m(x)
+            torch.testing.assert_close(out.float(), ref.float(), **tol)
+            g = torch.randn_like(ref)
+            got, want = torch.autograd.grad(out, [x, m.qkv.weight], g), torch.autograd.grad(ref, [x, m.qkv.weight], g)
+            for a, b in zip(got, want):
+                torch.testing.assert_close(a.float(), b.float(), **tol)
+    _no_fallback(caught)
+    assert _entries(cm) == expected

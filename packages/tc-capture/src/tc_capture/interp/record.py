@@ -95,7 +95,7 @@ def run_fake(session: Session, target: Any, args: tuple, kwargs: dict) -> Any:
         with session.fake_mode:
             if isinstance(target, str):
                 return getattr(args[0], target)(*args[1:], **kwargs)
-            return target(*args, **kwargs)
+            return tc_ir.fake.sized_call(target, args, kwargs)
     except Unsupported:
         raise
     except Exception as e:
