@@ -35,10 +35,11 @@ _UNARY = ("abs", "acos", "asin", "atan", "ceil", "cos", "cosh", "erf", "erfc", "
 
 
 class _Item:
-    """The lowering context for one element: the node's context with that element's spec."""
+    """The lowering context for one element: the node's context with that element's spec and
+    the element op as the target being lowered."""
 
-    def __init__(self, ctx: Any, spec: Any):
-        self._ctx, self.spec = ctx, spec
+    def __init__(self, ctx: Any, spec: Any, target: Any):
+        self._ctx, self.spec, self.target = ctx, spec, target
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._ctx, name)
@@ -62,7 +63,7 @@ def _foreach(element: Any):
         for i, spec in enumerate(specs):
             item_args = tuple(_element_args(a, i, n) for a in args)
             item_kwargs = {k: _element_args(v, i, n) for k, v in kwargs.items()}
-            results.append(lower(_Item(ctx, spec), *item_args, **item_kwargs))
+            results.append(lower(_Item(ctx, spec, element), *item_args, **item_kwargs))
         return tuple(results)
 
     return lowering
