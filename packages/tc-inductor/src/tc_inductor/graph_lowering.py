@@ -402,7 +402,7 @@ class GraphLowering:
                 self._env[node] = self.realize(value)
 
     def _maybe_realize(self, node: Node, result: Any) -> Any:
-        if isinstance(result, Pointwise) and len(node.users) > 1 and _expensive(result):
+        if isinstance(result, Pointwise) and len(node.users) > 1 and _expensive(result) and not _picked_apart(node):
             return self.realize(result)
         if isinstance(result, Pointwise) and node.users and _scalar_math(result):
             # one value computed with costly math (an optimizer's pow(beta, step) and bias
@@ -483,6 +483,21 @@ def _expensive(value: Pointwise) -> bool:
     ops = value.load(index).toposort()
     loads = sum(1 for u in ops if u.op is kir.Ops.LOAD)
     return len(ops) > 48 or loads > 4
+
+
+def _picked_apart(node: Node) -> bool:
+    """A stack or cat read only by selects of constant positions along its dim: each select reads
+    its own piece (lowering/views.py), so storing the whole is a kernel nobody needs (an optimizer
+    stacks its per-parameter step sizes and selects one per parameter)."""
+    aten = torch.ops.aten
+    if node.target not in (aten.stack.default, aten.cat.default) or not isinstance(node.spec, TensorSpec):
+        return False
+    ndim = len(node.spec.shape)
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    if not isinstance(dim, int) or not ndim:
+        return False
+    return all(u.target is aten.select.int and len(u.args) == 3 and isinstance(u.args[1], int)
+               and isinstance(u.args[2], int) and u.args[1] % ndim == dim % ndim for u in node.users)
 
 
 _CHEAP = {kir.Ops.LOAD, kir.Ops.CONST, kir.Ops.CAST, kir.Ops.INDEX, kir.Ops.ADD, kir.Ops.SUB, kir.Ops.MUL,
