@@ -325,19 +325,24 @@ class TritonKernelWriter:
         lines += self._split("xindex", "x", k.xranges)
         if self.persistent:
             lines += ["rindex = rbase", "rmask = rindex < rnumel"] + self._split("rindex", "r", k.rranges)
+        # persistent: values of the row domain ([XBLOCK, RBLOCK], under rmask) are reused by later
+        # stages' rows; a per-row value after a reduction ([XBLOCK, 1]) must not take one of them
+        # (a load both sides read would broadcast the stored row value to the tile), while the rows
+        # may reuse the per-row values: the row scope is a child of the per-row one
         shared = Scope()
+        rows = Scope(shared)
         for stage in k.stages:
-            lines += self.stage(stage, shared)
+            lines += self.stage(stage, shared, rows)
         return lines
 
-    def stage(self, stage: kir.Stage, shared: Scope) -> list[str]:
+    def stage(self, stage: kir.Stage, shared: Scope, rows: Scope) -> list[str]:
         k = self.kernel
         self.base_mask = _and(self.xmask, self.rmask)
         out: list[str] = []
         reductions = [s for s in stage.inner if isinstance(s, kir.Reduce)]
         if stage.inner:
             if self.persistent:
-                body, scope = out, shared
+                body, scope = out, rows
             else:
                 for s in reductions:
                     out += self.accumulator(s)
