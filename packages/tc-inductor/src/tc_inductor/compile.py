@@ -45,12 +45,23 @@ class CompiledGraph:
     """
 
     def __init__(self, fn, source: str, kernels: list[str], stats: dict, timings: dict,
-                 output_strides: list | None = None):
+                 output_strides: list | None = None, writes_inputs: bool = True):
         self._fn, self.source, self.kernels, self.stats, self.timings = fn, source, kernels, stats, timings
         self.output_strides = output_strides
+        self.writes_inputs = writes_inputs
 
     def __call__(self, *inputs: Any) -> Any:
-        return self._fn(inputs)
+        try:
+            return self._fn(inputs)
+        except Exception as e:
+            # A Triton kernel that fails to build at its launch (Triton compiles there when no
+            # ahead-of-time compile was possible, the interpreter only then) has written nothing;
+            # where no earlier step of the call can have written an input either, nothing the
+            # caller sees has changed: it may run the graph another way (``tc_while_compiling``,
+            # the umbrella's eager fallback).
+            if getattr(e, "tc_kernel_failed", False) and not self.writes_inputs:
+                e.tc_while_compiling = True
+            raise
 
     def call_boxed(self, inputs: list) -> Any:
         """Call with the inputs in a list that the wrapper empties: the caller hands its
@@ -304,7 +315,15 @@ def _load(record: dict, graph: tc_ir.Graph, opts: Options, timer: _Timer) -> Com
     strides = record.get("output_strides")
     return CompiledGraph(env["call"], record["source"], [k["source"] for k in record["kernels"]],
                          dict(record["stats"]), {},
-                         [tuple(s) if s is not None else None for s in strides] if strides is not None else None)
+                         [tuple(s) if s is not None else None for s in strides] if strides is not None else None,
+                         _writes_inputs(record, graph))
+
+
+def _writes_inputs(record: dict, graph: tc_ir.Graph) -> bool:
+    """Whether a call may write an input's memory: outputs written in place, or a mutating op."""
+    if record["stats"].get("inplace_outputs", 0):
+        return True
+    return any(tc_ir.is_mutating(n.target) for g in (graph, *graph.subgraphs()) for n in g.calls)
 
 
 def _direct_op(target: Any) -> Any:

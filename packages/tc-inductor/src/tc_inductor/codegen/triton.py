@@ -839,9 +839,19 @@ def _warmup(kernel: Any, meta: dict, store: Any = None, key: str = "") -> Any:
             _save_compiled(store, store_key, compiled, _triton_cache_root(), restored)
         return compiled
     except Exception as e:  # the first launch compiles it again and raises what is wrong
+        if _is_compile_error(e):  # ... unless the source itself is: then the compile fails now, not at launch
+            raise
         _log.debug("ahead-of-time compile of a Triton kernel failed (%s: %s); it compiles at launch",
                    type(e).__name__, e)
         return None
+
+
+def _is_compile_error(e: BaseException) -> bool:
+    """Triton rejected the kernel's source (not a missing driver or a dead worker): every launch
+    would raise it too."""
+    from triton.compiler.errors import CompilationError
+
+    return isinstance(e, CompilationError)
 
 
 def _load_ahead(compiled: Any) -> None:

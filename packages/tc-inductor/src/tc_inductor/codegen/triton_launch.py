@@ -49,6 +49,8 @@ class TritonLauncher:
             # an index check under the interpreter: eager's IndexError, not Triton's wrapper of it
             if isinstance(e.__cause__, IndexError):
                 raise e.__cause__ from None
+            if _is_triton_error(e):  # the kernel did not build (Triton compiles at launch): no write happened
+                e.tc_kernel_failed = True
             raise
 
     def _first(self, grid0: int, *args: Any) -> None:
@@ -91,6 +93,15 @@ class TritonLauncher:
             return self._via_run(grid0, *args)
         k.run(grid0, 1, 1, self._stream(self.device), k.function, k.packed_metadata, None,
               None, runtime.launch_exit_hook, *pointers, *args[n:], *self.const_values)
+
+
+def _is_triton_error(e: BaseException) -> bool:
+    """A failure of Triton itself (a compile error, too few resources, the interpreter on a
+    kernel it cannot run): our kernel is at fault, not the values (CompiledGraph then lets the
+    caller run the graph eagerly)."""
+    from triton.errors import TritonError
+
+    return isinstance(e, TritonError)
 
 
 def _restore(args: tuple, outputs: Any, values: list | None) -> None:
