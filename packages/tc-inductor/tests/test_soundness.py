@@ -232,3 +232,32 @@ def test_float_sums_are_as_accurate_as_eager(shape, dims):
         eager_err = (t.mean(dims).double() - exact).abs().max().item()
         tc_err = (compiled(t).double() - exact).abs().max().item()
         assert tc_err <= 2 * eager_err + 1e-6
+
+
+# ---- reductions over no element ------------------------------------------------------------------
+# (op, input shape): a static element count of 0 read as "unknown" sized the Triton tile for 1<<20
+# elements and dropped its masks (0 divides every block): unmasked loads past the buffer (an illegal
+# memory access on the H100's OpInfo sweep, linear's backward over an empty batch; a segfault here).
+EMPTY_REDUCTIONS = [
+    (lambda g, x: g.call(aten.sum.dim_IntList, x, [0]), (0, 4)),
+    (lambda g, x: g.call(aten.sum.dim_IntList, x, [1]), (4, 0)),
+    (lambda g, x: g.call(aten.sum.dim_IntList, x, [0, 2]), (0, 3, 5)),
+    (lambda g, x: g.call(aten.prod.dim_int, x, 1), (6, 0)),
+    (lambda g, x: g.call(aten.mm.default, g.call(aten.t.default, x), x), (0, 3)),
+    (lambda g, x: g.call(aten.add.Tensor, g.call(aten.sum.dim_IntList, x, [0], True), 1.5), (0, 7)),
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", range(len(EMPTY_REDUCTIONS)))
+def test_reductions_over_no_element(backend, case):
+    fn, shape = EMPTY_REDUCTIONS[case]
+    x = torch.randn(shape)
+    g = build(fn, [x])
+    compiled = tc_inductor.compile(g, [x], {"backend": backend})
+    assert_same(compiled(x), tc_ir.interpret(g, [x]))
+
+
+def test_an_empty_reduction_keeps_its_masks():
+    assert triton_backend._divides((4, 2), {"RBLOCK": 8}, "RBLOCK")
+    assert not triton_backend._divides((0, 2), {"RBLOCK": 8}, "RBLOCK")

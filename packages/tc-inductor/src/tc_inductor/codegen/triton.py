@@ -472,7 +472,7 @@ def _divides(sizes: tuple, config: dict | None, block: str) -> bool:
     numel = _static_numel(sizes)
     if config is None or numel is None or block not in config:
         return False
-    return numel % config[block] == 0
+    return numel > 0 and numel % config[block] == 0  # no element: the one block is all masked
 
 
 def is_persistent(kernel: kir.Kernel, interpret: bool) -> bool:
@@ -583,13 +583,13 @@ def heuristic_config(kernel: kir.Kernel, interpret: bool, xnumel: int | None = N
     ``xnumel`` / ``rnumel``: a size bucket's sizes, for kernels over symbolic sizes
     (:class:`BucketedLauncher`); looped reductions then size their tile by the row's bucket.
     """
-    xnumel = _static_numel(kernel.xranges) or xnumel or (1 << 20)
+    xnumel = _known(_static_numel(kernel.xranges), xnumel)
     if not kernel.is_reduction:
         width = min((dt.itemsize for _, dt in kernel.inputs + kernel.outputs), default=4)
         block = min(next_pow2(xnumel), 4096 if interpret else 128 * 32 // width)
         return {"XBLOCK": max(block, 16), "num_warps": 4 if block >= 512 else 2}
     bucketed = _static_numel(kernel.rranges) is None and rnumel is not None
-    rnumel = _static_numel(kernel.rranges) or rnumel or (1 << 20)
+    rnumel = _known(_static_numel(kernel.rranges), rnumel)
     if is_columnar(kernel) and not is_persistent(kernel, interpret):
         # 32 or 64 adjacent columns a program (64-128 bytes of bf16 a row), 64 rows a step
         xblock = min(next_pow2(xnumel), 64 if xnumel >= 64 * 128 else 32)
@@ -601,6 +601,14 @@ def heuristic_config(kernel: kir.Kernel, interpret: bool, xnumel: int | None = N
         xblock = max(1, min(next_pow2(xnumel), budget // rblock, 64 if not interpret else 1 << 12))
         return {"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": min(16, max(2, xblock * rblock // 512))}
     return {"XBLOCK": 1, "RBLOCK": 2048, "num_warps": 8}
+
+
+def _known(static: int | None, bucket: int | None) -> int:
+    """A kernel's static element count (0 included: a reduction over no element), else its size
+    bucket's, else a large one."""
+    if static is not None:
+        return static
+    return bucket or (1 << 20)
 
 
 def size_bucket(n: int) -> int:
