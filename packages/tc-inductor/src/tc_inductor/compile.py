@@ -346,10 +346,17 @@ def _own_memory(result: Any, *inputs: Any) -> Any:
     ``self``), and views that lowering declined run as extern calls: the memory plan counts every
     extern result as a new buffer, so a shared one would be overwritten when its source's buffer
     is reused. A copy only when the storages are shared."""
-    shared = {t.untyped_storage().data_ptr() for t in _tensors(inputs)}
+    tensors = list(_tensors(inputs))
+    shared = {_storage(t) for t in tensors} | {id(t) for t in tensors}
     if isinstance(result, (tuple, list)):
         return type(result)(_unshared(r, shared) for r in result)
     return _unshared(result, shared)
+
+
+def _storage(t: torch.Tensor) -> int:
+    """Where ``t``'s memory is; a tensor without a storage (sparse, mkldnn) by its identity: it
+    shares memory with an input only by being that input (``to_sparse`` of a sparse tensor)."""
+    return t.untyped_storage().data_ptr() if t.layout is torch.strided else id(t)
 
 
 def _tensors(values: tuple) -> Any:
@@ -361,7 +368,7 @@ def _tensors(values: tuple) -> Any:
 
 
 def _unshared(t: Any, shared: set) -> Any:
-    if isinstance(t, torch.Tensor) and t.numel() and t.untyped_storage().data_ptr() in shared:
+    if isinstance(t, torch.Tensor) and t.numel() and _storage(t) in shared:
         return t.clone()
     return t
 
