@@ -106,7 +106,8 @@ def _eligible(step: Any, kernel_of: Callable, options: Any) -> kir.Kernel | None
 
 
 def _pointers(kernels: list) -> int:
-    return len(_arguments(kernels)[0]) + len(_arguments(kernels)[1])
+    inputs, outputs = _arguments(kernels)
+    return len(inputs) + len(outputs)
 
 
 def _arguments(kernels: list) -> tuple[list[tuple[str, torch.dtype]], list[tuple[str, torch.dtype]]]:
