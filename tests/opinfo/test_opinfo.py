@@ -69,3 +69,24 @@ def test_the_harness_sees_wrong_answers_crashes_and_fallbacks(monkeypatch):
     results = engine.sweep_op(TABLE["add"], samples=1, paths=("wrong", "raising", "warning"), second=False)
     assert {r.path: r.outcome for r in results if r.phase == "fwd"} == {
         "wrong": "mismatch", "raising": "crash", "warning": "fallback"}
+
+
+def test_per_output_rules_leave_only_the_named_outputs_unchecked():
+    out, seed = torch.randn(3), torch.tensor(7)
+    rule = engine.NONDETERMINISTIC_OUTPUTS["torch.ops.aten._efficient_attention_forward"]
+    assert engine.compare((out, out, seed, seed), (out, out, torch.tensor(9), torch.tensor(1)), rule) == ""
+    assert engine.compare((out + 1, out, seed, seed), (out, out, seed, seed), rule).startswith("output 0")
+    assert engine.compare((out, out, torch.zeros(2), seed), (out, out, seed, seed), rule).startswith("output 2")
+    assert engine.compare((out, 5), (out, 6), frozenset({1})) == ""
+    assert engine.compare((out, 5), (out, 6), False).startswith("output 1")
+    assert engine.compare((out + 1,), (out,), True) == ""
+
+
+def test_which_ops_are_compared_by_shape_only():
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    ops = {engine.op_key(op): op for op in op_db}
+    assert engine.shape_only(ops["pca_lowrank"]) is True
+    assert engine.shape_only(ops["sin"]) is False
+    if "torch.ops.aten._efficient_attention_forward" in ops:
+        assert engine.shape_only(ops["torch.ops.aten._efficient_attention_forward"]) == frozenset({2, 3})
