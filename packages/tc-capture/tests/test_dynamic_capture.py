@@ -282,3 +282,57 @@ def test_python_on_sizes_matches_eager_at_every_size(name):
     for n in [4, 5, 6, 8, 9]:
         x = torch.randn(n)
         tree_close(cm(x), fn(x))
+
+
+# Calls that take sizes as arguments: the symbols go in and come out (one graph at every length),
+# however torch implements the op (``constant_pad_nd`` behind ``F.pad`` is a C++ composite that
+# reads sizes as ints unless torch's Python dispatcher runs its decomposition).
+SIZE_ARG_CALLS = {
+    "pad labels (HF loss)": lambda x: F.pad(x, (0, 1), value=-100)[..., 1:].contiguous().view(-1) + 0,
+    "constant_pad_nd": lambda x: torch.constant_pad_nd(x, (1, 2, 0, 1), 3.0) * 2,
+    "pad by a symbolic amount": lambda x: F.pad(x, (0, x.shape[1] % 4 + 1)) + 1,
+    "pad reflect": lambda x: F.pad(x.unsqueeze(0), (2, 2), mode="reflect") + 1,
+    "pad replicate": lambda x: F.pad(x.unsqueeze(0), (1, 3), mode="replicate") + 1,
+    "arange": lambda x: torch.arange(x.shape[1]) + x.sum(),
+    "new_zeros": lambda x: x.new_zeros((x.shape[0], x.shape[1])) + x,
+    "new_ones of shape": lambda x: x.new_ones(x.shape) + x,
+    "expand": lambda x: x[:, :, None].expand(x.shape[0], x.shape[1], 3) * 2,
+    "view": lambda x: x.view(x.shape[0], x.shape[1], -1) + 1,
+    "reshape": lambda x: x.reshape(x.shape[0] * x.shape[1]) + 1,
+    "narrow": lambda x: x.narrow(1, 1, x.shape[1] - 1) + 1,
+    "repeat": lambda x: x.repeat(1, 2) + 1,
+    "full": lambda x: torch.full((x.shape[1],), 2.0) + x,
+    "zeros": lambda x: torch.zeros(x.shape[0], x.shape[1] + 1) + x.sum(),
+    "causal mask": lambda x: torch.triu(torch.full((x.shape[1], x.shape[1]), float("-inf")), 1) + x[0],
+    "split sizes": lambda x: x.split([1, x.shape[1] - 1], dim=1)[1] + 1,
+    "cat with new_zeros": lambda x: torch.cat([x, x.new_zeros(x.shape[0], 1)], 1) + 1,
+    "index with arange": lambda x: x[:, torch.arange(x.shape[1] - 1)] + 1,
+    "unflatten": lambda x: x.flatten().unflatten(0, (x.shape[0], x.shape[1])) + 1,
+}
+
+
+@pytest.mark.parametrize("dynamic, most", [(True, 1), (None, 2)])
+@pytest.mark.parametrize("name", list(SIZE_ARG_CALLS))
+def test_size_arguments_keep_their_symbols(name, dynamic, most):
+    fn = SIZE_ARG_CALLS[name]
+    cm, be = compiled(fn, dynamic)
+    for T in [5, 7, 9, 12, 16]:
+        x = torch.randn(2, T, requires_grad=True)
+        x_ref = x.detach().clone().requires_grad_(True)
+        out, ref = cm(x), fn(x_ref)
+        tree_close(out, ref)
+        if out.is_floating_point():
+            out.sum().backward()
+            ref.sum().backward()
+            tree_close(x.grad, x_ref.grad)
+    assert len(be.graphs) == most, [str(g) for g in be.graphs]
+
+
+def test_pad_of_integer_labels_keeps_the_symbol_in_the_graph():
+    cm, be = compiled(SIZE_ARG_CALLS["pad labels (HF loss)"], True)
+    for T in [8, 13, 24]:
+        labels = torch.randint(0, 100, (2, T))
+        tree_close(cm(labels), SIZE_ARG_CALLS["pad labels (HF loss)"](labels))
+    assert len(be.graphs) == 1
+    (pad,) = [n for n in be.graphs[0].calls if n.spec is not None and n.spec.shape[-1] == S1 + 1]
+    assert pad.spec.shape == (S0, S1 + 1)

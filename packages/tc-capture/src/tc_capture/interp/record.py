@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from typing import Any
 
 import torch
+from torch._dispatch.python import enable_python_dispatcher
 
 import tc_ir
 
@@ -92,7 +94,7 @@ def _plain_tuple(x: Any) -> bool:
 
 def run_fake(session: Session, target: Any, args: tuple, kwargs: dict) -> Any:
     try:
-        with session.fake_mode:
+        with session.fake_mode, _dispatcher(session):
             if isinstance(target, str):
                 return getattr(args[0], target)(*args[1:], **kwargs)
             return tc_ir.fake.sized_call(target, args, kwargs)
@@ -104,6 +106,15 @@ def run_fake(session: Session, target: Any, args: tuple, kwargs: dict) -> Any:
         if "DataDependent" in kind or "Dynamic" in kind:
             raise Unsupported(f"data-dependent operation {name}: its result depends on tensor values") from e
         raise Unsupported(f"{name} failed on fake tensors: {kind}: {str(e)[:200]}") from e
+
+
+def _dispatcher(session: Session) -> Any:
+    """Under symbolic sizes, run ops through torch's Python dispatcher, as Dynamo does: composite
+    kernels written in C++ (``constant_pad_nd`` behind ``F.pad``, ...) read sizes with ``aten.size``,
+    which turns every symbol into a guarded constant (one recompile per sequence length); the Python
+    dispatcher runs their symbolic decompositions and meta functions instead. Static captures keep
+    the C++ path (cheaper, and what eager runs)."""
+    return enable_python_dispatcher() if session.sizes.syms else contextlib.nullcontext()
 
 
 def _holds_tensor(x: Any) -> bool:
