@@ -168,6 +168,10 @@ def trace(graph: tc_ir.Graph, inputs: Sequence[Any], decompositions: dict | None
     """Trace ``graph`` on fake twins of ``inputs``; ``training`` adds the backward (joint graph)."""
     symbols = Symbols(graph, inputs) if graph_symbols(graph) else None
     mode = FakeTensorMode(allow_non_fake_inputs=True, shape_env=symbols.env if symbols else None)
+    # A function that reads a tensor's memory without dispatching (a kernel launcher such as
+    # torch.cuda.jiterator's, dlpack) gets an error from a fake, not its null pointer: launched
+    # on it, a CUDA kernel faults and poisons the process (interpret_unwrapped: a refusal)
+    mode._allow_unsafe_data_ptr_access = False
     rec = Recorder(tc_ir.Graph(f"{graph.name}_{'joint' if training else 'forward'}"), decompositions)
     fakes, leaves = _fake_inputs(mode, graph, rec, inputs, training, symbols)
     # cuDNN batch norm writes running stats behind its schema's back and needs its reserve

@@ -90,10 +90,19 @@ def interpret_unwrapped(graph: tc_ir.Graph, inputs: Sequence[Any]) -> Any:
         found = data_dependent(cause)
         if found is not None and not isinstance(cause, NotImplementedError):
             raise _refusal(found, str(e).split(" failed: ")[0]) from e
+        if _reads_memory(cause):
+            raise NotImplementedError(
+                f"tc_autograd: {str(e).split(' failed: ')[0]} reads tensor memory without dispatching (a kernel "
+                "launcher such as torch.cuda.jiterator's): it cannot run on fake tensors") from e
         if not isinstance(cause, NotImplementedError):
             raise
         cause.add_note(str(e).split(" failed: ")[0])
         raise cause from e
+
+
+def _reads_memory(e: BaseException) -> bool:
+    """A fake tensor's data pointer was asked for (FakeTensorMode with unsafe access off)."""
+    return isinstance(e, RuntimeError) and str(e).startswith("Cannot access data pointer of Tensor")
 
 
 def has_tensor(value: Any) -> bool:
