@@ -469,6 +469,60 @@ def test_deepcopy_of_configs():
     run_both(deepcopy_, t34)
 
 
+class Config:
+    """A config object as HF keeps them: plain data in ``__dict__``, a custom ``__getattribute__``
+    that maps alias names (what makes its attributes opaque to capture)."""
+
+    aliases = {"hidden": "width"}
+
+    def __init__(self, width=4, scale=2.0, labels=None):
+        self.width, self.scale, self.labels, self.enc_layers = width, scale, labels or {0: "a"}, 2
+
+    def __getattribute__(self, name):
+        return super().__getattribute__(type(self).aliases.get(name, name))
+
+
+class CopiesItsConfig(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.config = Config()
+
+    def forward(self, x, rename=True):
+        c = copy.deepcopy(self.config)  # HF's get_text_config() on an encoder-decoder config
+        if rename:
+            value = c.enc_layers
+            delattr(c, "enc_layers")
+            c.layers = value + 1
+        d = copy.deepcopy(c.__dict__)
+        d["extra"] = len(c.labels)
+        return x * c.hidden * c.scale + c.layers + d["extra"], c
+
+
+def test_deepcopy_of_a_config_object_read_and_written():
+    """Captured without a break; the returned copy is a new object per call with the writes
+    replayed, and a change to the original's state is guarded (recompiles, reads the new value)."""
+    m = CopiesItsConfig()
+    compiled = tc_capture.optimize(interpret_backend, fullgraph=True)(m)
+    copies = []
+    for width in (4, 4, 6):
+        m.config.width = width
+        x = torch.randn(3)
+        want, want_c = m(x)
+        got, got_c = compiled(x)
+        same(want, got)
+        assert vars(got_c) == vars(want_c) and got_c is not m.config and "enc_layers" not in vars(got_c)
+        copies.append(got_c)
+    assert copies[0] is not copies[1]
+    assert "enc_layers" in vars(m.config) and "layers" not in vars(m.config)  # the original is untouched
+
+
+def test_deepcopy_of_a_config_holding_an_object_is_a_break():
+    m = CopiesItsConfig()
+    m.config.labels = {0: nn.Identity()}  # not plain data: guarding the copy's state by value is not possible
+    with pytest.raises(tc_capture.GraphBreakError, match="copy of a Config"):
+        tc_capture.optimize(interpret_backend, fullgraph=True)(m)(torch.randn(3), False)
+
+
 # ---- print, logging, warnings -------------------------------------------------------------------------
 def prints(x, n):
     y = x + n

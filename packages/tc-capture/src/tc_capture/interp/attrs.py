@@ -324,6 +324,9 @@ def _super_attr(f, sup: SuperV, name: str) -> V:
 
 # ---- writes --------------------------------------------------------------------------------------
 def set_attr(f, obj: V, name: str, value: V) -> None:
+    if hasattr(obj, "write"):  # a private copy (stdlib_collections.FreshCopy)
+        obj.write(name, value)
+        return
     if isinstance(obj, ObjV):
         own = _lookup(obj.cls, "__setattr__")[1]
         if own is not object.__setattr__:  # a frozen dataclass raises, others do their own thing

@@ -14,6 +14,8 @@ import collections
 import copy
 import types
 
+import torch
+
 from .base import Unsupported
 from .builtins_ import BUILTINS
 from .pyops import contains, items_of, realize_const
@@ -278,6 +280,10 @@ def _copy_v(f, v: V, deep: bool, memo: dict) -> V:
     if isinstance(v, Const):
         if isinstance(v.value, _ATOMIC) or not deep and isinstance(v.value, tuple):
             return v
+        if deep and _copyable_record(f, v):
+            return FreshCopy(f, v)
+        if deep and v.source is None and type(v.value) in (list, dict) and _plain_data(v.value):
+            return _tracked(copy.deepcopy(v.value))  # a new container: tracked, so writes are seen
         try:
             out = Const(copy.deepcopy(v.value) if deep else copy.copy(v.value))
         except Exception as e:
@@ -309,6 +315,90 @@ def _copy_v(f, v: V, deep: bool, memo: dict) -> V:
         raise Unsupported(f"copy of a {type(v).__name__}")
     memo[id(v)] = out
     return out
+
+
+class FreshCopy(Const):
+    """``copy.deepcopy`` of an object reached from a source whose state is plain data (HF's
+    ``config.get_text_config()`` deep-copies the model's config at every mask built in ``forward``,
+    then renames some of its attributes).
+
+    The state it was copied from is guarded (the original's ``__dict__``: keys and every value), so
+    what is read from the copy is this call's. The copy made here is read and written while
+    capturing (``setattr``/``delattr`` of plain data run on it for real: it is private to the
+    capture); where it outlives the graph (returned, stored, live at a break) it is copied again
+    from the original at run time and the writes replayed: a fresh object per call, as in eager."""
+
+    __slots__ = ("original", "writes")
+
+    def __init__(self, f, original: Const):
+        f.session.wrap(vars(original.value), original.source.attr("__dict__", original.value))
+        super().__init__(copy.deepcopy(original.value))
+        self.original, self.writes = original, []
+
+    def write(self, name: str, value: V | None) -> None:
+        """``setattr(copy, name, value)``, or ``delattr`` when ``value`` is None."""
+        if value is not None and not (isinstance(value, Const) and _plain_data(value.value)):
+            raise Unsupported(f"storing a {type(value).__name__} on a copied {type(self.value).__name__}")
+        try:
+            if value is None:
+                delattr(self.value, name)
+            else:
+                setattr(self.value, name, value.value)
+        except Exception as e:  # eager raises it at run time: run the region natively
+            raise Unsupported(f"attribute write on a copied {type(self.value).__name__} raised {type(e).__name__}") from e
+        self.writes.append((name, value))
+
+    def rebuild(self, rb) -> str:
+        name = rb._bind(self, f"{rb.refs(copy.deepcopy)}({rb.expr(self.original)})")
+        for attr, value in self.writes:
+            rb.lines.append(f"{rb.refs(delattr)}({name}, {attr!r})" if value is None
+                            else f"{rb.refs(setattr)}({name}, {attr!r}, {rb.expr(value)})")
+        return name
+
+
+def _delattr(f, args, kwargs) -> V:
+    if len(args) == 2 and isinstance(args[0], FreshCopy) and not kwargs:
+        args[0].write(realize_const(args[1]), None)
+        return Const(None)
+    raise Unsupported("delattr() outside a copied object")
+
+
+BUILTINS[delattr] = _delattr
+
+
+_DATA = (int, float, bool, complex, str, bytes, type(None), type(Ellipsis))
+
+
+def _plain_data(x, depth: int = 0) -> bool:
+    """Numbers, strings, dtypes and devices, in lists, tuples and dicts: what a guard on the
+    original's state checks by value (objects inside would only be checked by type)."""
+    if type(x) in _DATA or isinstance(x, (torch.dtype, torch.device)):
+        return True
+    if depth > 4:
+        return False
+    if type(x) in (list, tuple):
+        return all(_plain_data(i, depth + 1) for i in x)
+    if type(x) is dict:
+        return all(type(k) in _DATA and _plain_data(i, depth + 1) for k, i in x.items())
+    return False
+
+
+def _tracked(x) -> V:
+    """Plain data made while capturing, as values that take writes (lists and dicts tracked)."""
+    if type(x) is list:
+        return ListV([_tracked(i) for i in x])
+    if type(x) is dict:
+        return DictV({k: _tracked(i) for k, i in x.items()})
+    return Const(x)
+
+
+def _copyable_record(f, v: Const) -> bool:
+    """An object with a source whose deep copy is its ``__dict__`` of plain data copied (no copy
+    hooks, no slots), with no attribute write of this capture pending on it."""
+    value = v.value
+    return v.source is not None and not isinstance(value, (type, types.ModuleType, torch.nn.Module)) \
+        and isinstance(getattr(value, "__dict__", None), dict) and _plain_copy(type(value)) \
+        and _plain_data(vars(value)) and not any(k[0] == id(v) for k in f.session.attr_writes)
 
 
 def _plain_copy(cls: type) -> bool:
