@@ -111,6 +111,7 @@ def main() -> int:
                 print(f"{opt_name} {variant}: failed\n{done.stderr[-2000:]}")
                 continue
             rows.append(json.loads(lines[-1]))
+            print(lines[-1], flush=True)  # each cell as it ends: a run cut short still reports
     print(f"\n{'optimizer':9} {'variant':14} {'ms/step':>8} {'steps/s':>8} {'vs foreach':>10} {'first s':>8} {'matches':>8}")
     for opt_name in args.opts.split(","):
         base = next((r["ms"] for r in rows if r["opt"] == opt_name and r["variant"] == "eager-foreach"), None)
