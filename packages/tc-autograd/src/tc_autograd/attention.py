@@ -40,7 +40,7 @@ def sdpa_with_dense_mask(query: Any, key: Any, value: Any, *args: Any, **kwargs:
         args = (dense_last_dim(args[0]), *args[1:])
     elif "attn_mask" in kwargs:
         kwargs = {**kwargs, "attn_mask": dense_last_dim(kwargs["attn_mask"])}
-    return tc_ir.fake.sized_call(F.scaled_dot_product_attention, (query, key, value, *args), kwargs)
+    return F.scaled_dot_product_attention(query, key, value, *args, **kwargs)
 
 
 def dense_last_dim(mask: Any) -> Any:

@@ -5,7 +5,7 @@ A :class:`Graph` holds inputs, named tensors, calls and a nested output; it prin
 interpreter (:func:`interpret`), which is the oracle for every other package's tests.
 """
 
-from . import fake, logs, ops
+from . import logs, ops
 from .fx import from_fx, to_fx
 from .graph import Graph, infer_spec
 from .interpret import InterpretError, bind_sizes, interpret
@@ -25,5 +25,5 @@ __all__ = [
     "verify", "VerifyError", "interpret", "InterpretError", "bind_sizes", "infer_spec",
     "dce", "cse", "topo_sort", "extract", "lift_held", "dependency_graph", "node_is_pure",
     "from_fx", "to_fx", "target_name", "resolve_target", "TargetError",
-    "is_mutating", "is_pure", "is_random", "map_structure", "leaves", "nodes_in", "logs", "ops", "fake",
+    "is_mutating", "is_pure", "is_random", "map_structure", "leaves", "nodes_in", "logs", "ops",
 ]

@@ -97,7 +97,7 @@ def run_fake(session: Session, target: Any, args: tuple, kwargs: dict) -> Any:
         with session.fake_mode, _dispatcher(session):
             if isinstance(target, str):
                 return getattr(args[0], target)(*args[1:], **kwargs)
-            return tc_ir.fake.sized_call(target, args, kwargs)
+            return target(*args, **kwargs)
     except Unsupported:
         raise
     except Exception as e:
