@@ -71,6 +71,10 @@ class Session:
         self.dynamic = dynamic  # which input dims are size symbols (``symbols``); None: all static
         self.sizes = Sizes()
         self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True, shape_env=self.sizes.env)
+        # A call that reads tensor memory without dispatching (torch.cuda.jiterator's launcher,
+        # dlpack) gets an error from a fake, a graph break, instead of a null pointer it would launch
+        # a kernel on (on CUDA a fault that poisons the process)
+        self.fake_mode._allow_unsafe_data_ptr_access = False
         self.guards = GuardSet(slot_names)
         self.inputs: list[tuple[Any, S.Source, Any]] = []  # (node, source, example value)
         self.real_inputs: dict[int, torch.Tensor] = {}  # id(input node) -> the tensor it was read from
