@@ -16,9 +16,10 @@ def _linear(b, x2d, w, bias):
     return b.call(aten.addmm.default, bias, x2d, b.call(aten.permute.default, w, [1, 0]))
 
 
-def block_graph(device: str = "cpu") -> tc_ir.Graph:
+def block_graph(device: str = "cpu", sizes: tuple | None = None) -> tc_ir.Graph:
+    """The block over symbols ``s0, s1`` (batch, length), or over fixed ``sizes``."""
     b = SymGraph()
-    s0, s1 = b.sym("s0", 2), b.sym("s1", 5)
+    s0, s1 = sizes or (b.sym("s0", 2), b.sym("s1", 5))
     x = b.input("x", (s0, s1, C), device=device)
     params = {name: b.input(name, shape, device=device) for name, shape in [
         ("ln1_w", (C,)), ("ln1_b", (C,)), ("qkv_w", (3 * C, C)), ("qkv_b", (3 * C,)), ("proj_w", (C, C)),

@@ -53,30 +53,75 @@ def _static(values) -> bool:
 # ---- reshape ----------------------------------------------------------------------------------
 
 def _view_strides(old_shape, old_stride, new_shape) -> tuple | None:
-    """Strides viewing (old_shape, old_stride) as new_shape without a copy (torch's rule), or None."""
-    if not (_static(old_shape) and _static(old_stride) and _static(new_shape)):
+    """Strides viewing (old_shape, old_stride) as new_shape without a copy (torch's rule), or None.
+
+    Over symbolic sizes the rule runs on sizes it can order for every value of the symbols
+    (:func:`_same`, :func:`_smaller`); where it cannot, None: the view becomes index math."""
+    if not all(isinstance(v, (int, sympy.Expr)) for v in (*old_shape, *old_stride, *new_shape)):
         return None
-    if math.prod(old_shape) == 0:
+    if _static(old_shape) and math.prod(old_shape) == 0:
         return tuple(kir_contiguous(new_shape))
+    if not _static(old_shape) and any(_same(s, 0) for s in old_shape):
+        return None
     new_stride = [0] * len(new_shape)
     view_d = len(new_shape) - 1
     chunk_base_stride = old_stride[-1] if old_stride else 1
     tensor_numel, view_numel = 1, 1
     for tensor_d in range(len(old_shape) - 1, -1, -1):
         tensor_numel *= old_shape[tensor_d]
-        if tensor_d == 0 or (old_shape[tensor_d - 1] != 1 and old_stride[tensor_d - 1] != tensor_numel * chunk_base_stride):
-            while view_d >= 0 and (view_numel < tensor_numel or new_shape[view_d] == 1):
+        if tensor_d == 0 or (not _same(old_shape[tensor_d - 1], 1)
+                             and not _same(old_stride[tensor_d - 1], tensor_numel * chunk_base_stride)):
+            while view_d >= 0 and (_smaller(view_numel, tensor_numel) or _same(new_shape[view_d], 1)):
                 new_stride[view_d] = view_numel * chunk_base_stride
                 view_numel *= new_shape[view_d]
                 view_d -= 1
-            if view_numel != tensor_numel:
+            if not _same(view_numel, tensor_numel):
                 return None
             if tensor_d > 0:
                 chunk_base_stride = old_stride[tensor_d - 1]
                 tensor_numel, view_numel = 1, 1
     if view_d != -1:
         return None
-    return tuple(new_stride)
+    return tuple(_canonical(s) for s in new_stride)
+
+
+def _same(a, b) -> bool:
+    """``a == b`` for every value of the size symbols (structurally, after expansion)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return sympy.expand(sympy.sympify(a) - sympy.sympify(b)) == 0
+
+
+def _smaller(a, b) -> bool:
+    """``a < b`` for every value of the size symbols, decided where ``a`` divides ``b`` by a
+    monomial (a positive integer times symbols, each >= 2): the cases views meet (``s1`` into
+    ``s0 * s1``). Unknown is False, which makes the callers decline (index math, no window)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a < b
+    if _same(a, 0):
+        return not _same(b, 0) and _monomial_at_least_2(sympy.sympify(b)) is not None
+    quotient = sympy.cancel(sympy.sympify(b) / sympy.sympify(a))
+    return _monomial_at_least_2(quotient) is not None
+
+
+def _monomial_at_least_2(expr: sympy.Expr):
+    """``expr`` when it is a positive integer times size symbols and is >= 2 at every size; else None."""
+    coeff, factors = expr.as_coeff_mul()
+    if not (coeff.is_Integer and coeff > 0):
+        return None
+    for f in factors:
+        base, exp = f.as_base_exp()
+        if not (base.is_Symbol and exp.is_Integer and exp > 0):
+            return None
+    return expr if (factors or coeff >= 2) else None
+
+
+def _canonical(value):
+    """An int for a constant, the expanded expression for a symbolic size."""
+    if isinstance(value, int):
+        return value
+    value = sympy.expand(sympy.sympify(value))
+    return int(value) if value.is_Integer else value
 
 
 def kir_contiguous(shape) -> list:
@@ -108,7 +153,7 @@ def reshape_index(old: tuple, new: tuple) -> Callable[[tuple], tuple]:
             sub_new = tuple(new[d] for d in new_dims)
             sub_old = tuple(old[d] for d in old_dims)
             sub_index = tuple(index[d] for d in new_dims)
-            if sub_new == sub_old:
+            if len(sub_new) == len(sub_old) and all(map(_same, sub_new, sub_old)):
                 out.extend(sub_index)
             else:
                 out.extend(_group_map(sub_old, sub_new, sub_index))
@@ -128,8 +173,9 @@ def _group_map(old: tuple, new: tuple, index: tuple) -> list:
 
 
 def _match_groups(old: tuple, new: tuple):
-    """Split both shapes into consecutive groups of equal size products (static sizes only)."""
-    if not (_static(old) and _static(new)) or 0 in old:
+    """Split both shapes into consecutive groups of equal size products; over symbolic sizes
+    only where every comparison is decided for every size (:func:`_same`, :func:`_smaller`)."""
+    if (_static(old) and 0 in old) or not all(isinstance(v, (int, sympy.Expr)) for v in (*old, *new)):
         return None
     groups, i, j = [], 0, 0
     while i < len(old) or j < len(new):
@@ -137,19 +183,21 @@ def _match_groups(old: tuple, new: tuple):
         po = old[i] if i < len(old) else 1
         pn = new[j] if j < len(new) else 1
         i, j = i + bool(gi), j + bool(gj)
-        while po != pn:
-            if po < pn:
+        while not _same(po, pn):
+            if _smaller(po, pn):
                 if i >= len(old):
                     return None
                 po *= old[i]
                 gi.append(i)
                 i += 1
-            else:
+            elif _smaller(pn, po):
                 if j >= len(new):
                     return None
                 pn *= new[j]
                 gj.append(j)
                 j += 1
+            else:
+                return None
         groups.append((gi, gj))
     return groups
 
