@@ -17,6 +17,7 @@ import tokenize
 import weakref
 
 import torch
+from torch._C._dynamo.guards import TensorGuards
 from torch.utils.hooks import RemovableHandle
 
 from .sources import RUNTIME_NAMES, Source, pretty
@@ -30,10 +31,13 @@ class Guard:
     """One condition: its generated line, its text (what it expects, for people) and ``actual``,
     an expression over the frame state whose value the recompile log shows when it fails."""
 
-    __slots__ = ("source", "lines", "text", "actual")
+    __slots__ = ("source", "lines", "text", "actual", "batch")
 
     def __init__(self, source: Source | None, lines: list[str], text: str, actual: str | None = None):
         self.source, self.lines, self.text, self.actual = source, lines, text, actual
+        # A static tensor guard: (its bound local, its type check, the rest of its condition, the
+        # tensor seen while capturing; dropped once ``compile_guards`` built the batched check).
+        self.batch: tuple | None = None
 
 
 _SOURCE = object()  # ``add``'s default ``actual``: the value the guard's source reads
@@ -59,13 +63,15 @@ class GuardSet:
             self.objects[key] = (f"_k{len(self.objects)}", obj)
         return self.objects[key][0]
 
-    def add(self, source: Source | None, cond: str, text: str, actual: str | None | object = _SOURCE) -> None:
+    def add(self, source: Source | None, cond: str, text: str, actual: str | None | object = _SOURCE,
+            batch: tuple | None = None) -> None:
         if cond in self._seen:
             return
         self._seen.add(cond)
         if actual is _SOURCE:
             actual = source.expr if source is not None else None
         guard = Guard(source, [f"if not ({cond}): return {{fail}}"], text, actual)
+        guard.batch = batch
         if source is not None and source.gated:
             self.roots.setdefault(source.root.expr, source.root)
             self.gated.append(guard)
@@ -121,12 +127,13 @@ class GuardSet:
         # rather than ``device == ...``, which builds a ``torch.device`` on every call.
         e = self.bound.setdefault(source.expr, f"_t{len(self.bound)}")
         device = f"{e}.is_cpu" if t.device.type == "cpu" else f"{e}.device == {self.ref(t.device)}"
-        cond = (f"type({e} := {source.expr}) is {self.ref(type(t))} and {e}.dtype is {self.ref(t.dtype)} and "
-                f"{e}.shape == {tuple(t.shape)!r} and {e}.stride() == {tuple(t.stride())!r} and "
-                f"{e}.requires_grad is {t.requires_grad} and {device}")
+        kind = f"type({e} := {source.expr}) is {self.ref(type(t))}"
+        rest = (f"{e}.dtype is {self.ref(t.dtype)} and {e}.shape == {tuple(t.shape)!r} and "
+                f"{e}.stride() == {tuple(t.stride())!r} and {e}.requires_grad is {t.requires_grad} and {device}")
         spec = _spec(t)
         grad = " requires_grad" if t.requires_grad else ""
-        self.add(source, cond, f"{self.readable(source)}: {type(t).__name__} {spec}{grad}")
+        self.add(source, f"{kind} and {rest}", f"{self.readable(source)}: {type(t).__name__} {spec}{grad}",
+                 batch=(e, kind, rest, t))
 
     def module_hooks(self, source: Source, mod: torch.nn.Module) -> None:
         """The hooks calling ``mod`` runs, in one check: none registered (four dictionaries
@@ -230,15 +237,18 @@ def _code_starts(line: str) -> set[int]:
         return set()
 
 
-def _blocks(guards: list[Guard], param_exprs: list[str]) -> tuple[list[tuple[list[str], str, str]], str]:
-    """Per guard (its bindings, its condition line, its actual-value expression), and the
-    ``MS.params`` line."""
+def _blocks(guards: list[Guard], param_exprs: list[str]) -> tuple[list[tuple[list[str], str, str, str]], str]:
+    """Per guard (its bindings, its condition line, its actual-value expression, the line the
+    batched ``guard`` runs in its place), and the ``MS.params`` line."""
     hoist = _Hoist(guards)
     blocks = []
     for g in guards:
         (line,) = g.lines
         binds, line = hoist.rewrite(line)
-        blocks.append((binds, line, hoist.substitute(g.actual) if g.actual else "None"))
+        fast = line
+        if g.batch is not None:  # same reads as ``line`` (the type check reads the source)
+            fast = hoist.rewrite(f"if not ({g.batch[1]}): return {{fail}}")[1]
+        blocks.append((binds, line, hoist.substitute(g.actual) if g.actual else "None", fast))
     binds, params = hoist.rewrite(f"MS.params = [{', '.join(param_exprs)}]") if param_exprs else ([], "")
     return blocks, "; ".join(binds + [params]) if params else ""
 
@@ -260,13 +270,16 @@ def compile_guards(gs: GuardSet, param_exprs: list[str], globals_: dict) -> tupl
     # ``_hf``: no hook handle (``RemovableHandle``: every ``register_*hook`` makes one) was created
     # since the last call that passed this guard, so hook dictionaries found empty then still are.
     src = ["def guard(F, C):", "  _now = _RH.next_id", "  _hf = _now == _HE[0]", "  try:"]
-    for binds, line, _ in blocks:
-        src += ["      " + b for b in binds] + ["      " + line.replace("{fail}", "False")]
+    for binds, _, _, fast in blocks:
+        src += ["      " + b for b in binds] + ["      " + fast.replace("{fail}", "False")]
+    src += _batched_check([g.batch for g in guards if g.batch is not None], scope)
+    for g in guards:
+        g.batch = None  # the captured tensors are not kept alive by the entry
     if params:
         src.append("      " + params)
     src += ["      _HE[0] = _now", "      return True", "  except Exception:", "      return False", ""]
     src += ["def why(F, C):", "  _hf = False"]
-    for i, (binds, line, actual) in enumerate(blocks):
+    for i, (binds, line, actual, _) in enumerate(blocks):
         fail = f"_failed({i}, lambda: {actual})" if actual != "None" else f"_texts[{i}]"
         src += ["  try:"] + ["      " + b for b in binds] + ["      " + line.replace("{fail}", fail)]
         src += ["  except Exception as e:", f"      return f'{{_texts[{i}]}} (reading it raised {{e!r}})'"]
@@ -278,6 +291,24 @@ def compile_guards(gs: GuardSet, param_exprs: list[str], globals_: dict) -> tupl
     return scope["guard"], scope["why"], text, ms, root_key
 
 
+def _batched_check(batch: list[tuple], scope: dict) -> list[str]:
+    """The lines ``guard`` runs after the other guards for the static tensor guards, whose lines
+    checked only the type (so later guards read attributes of tensors, never of other objects):
+    dtype, shape, stride, ``requires_grad`` and device of all of them in one call of torch's C++
+    ``TensorGuards`` (also its dispatch keys: stricter). It is a sufficient condition only: where
+    it fails (another dispatch key, such as a conjugate view, or thread-local dispatch state other
+    than when it was built), each tensor's own condition decides, as without the batch. An
+    optimizer step's guards read hundreds of tensors; their checks were most of its cache hit."""
+    if len(batch) < _BATCH_MIN:
+        return [f"      if not ({rest}): return False" for _, _, rest, _ in batch]
+    values = [t for *_, t in batch]
+    scope["_TG"] = TensorGuards(*values, dynamic_dims_sizes=[list(t.shape) for t in values],
+                                dynamic_dims_strides=[list(t.stride()) for t in values])
+    names = ", ".join(e for e, *_ in batch)
+    return [f"      if not _TG.check({names}):"] + [f"        if not ({rest}): return False" for _, _, rest, _ in batch]
+
+
+_BATCH_MIN = 4  # below this, the one C++ call saves less than it costs
 CONSTANT_TYPES = (int, float, bool, str, bytes, type(None), complex)
 
 

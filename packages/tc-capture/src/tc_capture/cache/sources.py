@@ -42,13 +42,17 @@ class Source:
     def attr(self, name: str, owner: object) -> Source:
         expr = f"{self.expr}.{name}" if _IDENT.match(name) else f"getattr({self.expr}, {name!r})"
         direct = module_state.attr_expr(self.expr, name, owner)
-        pure = direct is not None or module_state.plain_read(name, owner)
+        pure = direct is not None or module_state.plain_read(name, owner) or _plain_attr(name, owner)
         return self._step(direct or expr, f"{self.name}_{name}", self._owns(owner), pure=pure)
 
     def item(self, key: object, owner: object) -> Source:
         direct = module_state.item_expr(self.expr, key, owner)
         expr = direct or f"{self.expr}[{key_expr(key)}]"
-        return self._step(expr, f"{self.name}_{key}", self._owns(owner), pure=direct is not None)
+        # An exact list/tuple/dict indexed by an int or str runs no user code (their hash and
+        # equality are the builtins'): an optimizer's ``param_groups[0]['params']`` is read once
+        # per guard, not once per parameter.
+        pure = direct is not None or type(owner) in _PLAIN_CONTAINERS and type(key) in (int, str)
+        return self._step(expr, f"{self.name}_{key}", self._owns(owner), pure=pure)
 
     def _owns(self, owner: object) -> bool:
         # Module state, and immutable values reached through it (a conv's ``stride`` tuple): both
@@ -60,6 +64,17 @@ class Source:
         if not module_owned:
             return Source(expr, name, base=self, pure=pure)
         return Source(expr, name, True, self.root if self.gated else self, base=self, pure=pure)
+
+
+_PLAIN_CONTAINERS = (list, tuple, dict)
+
+
+def _plain_attr(name: str, owner: object) -> bool:
+    """Whether ``owner.name`` is a plain instance ``__dict__`` read of an object without its own
+    attribute hooks (an optimizer's ``param_groups``, ``state``): it runs no user code."""
+    cls = type(owner)
+    return cls.__getattribute__ is object.__getattribute__ and name.isidentifier() \
+        and name in getattr(owner, "__dict__", ()) and not any(name in vars(k) for k in cls.__mro__)
 
 
 _LITERAL = (int, str, bytes, bool, type(None))
