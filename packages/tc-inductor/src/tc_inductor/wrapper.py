@@ -12,6 +12,7 @@ from typing import Any
 import attrs
 import sympy
 import torch
+from torch._C._dynamo.guards import TensorGuards
 
 import tc_ir
 
@@ -130,14 +131,46 @@ def _prologue(lowered: LoweredGraph, layouts: dict, guarded: frozenset) -> list[
         body.append("if args.__class__ is list:  # boxed call: the caller handed its references over")
         body.append("    args.clear()")
     body += _bind_sizes(lowered, layouts)
+    checks, checked = [], []
     for position, inp in enumerate(lowered.inputs):
         if inp.name in layouts and position not in guarded:
             shape, stride, _, _ = layouts[inp.name]
             # the common case (the compiled layout) costs two tuple compares, no call
-            body.append(f"if {inp.name}.stride() != {_tup(stride)} or {inp.name}.shape != {_tup(shape)}:")
+            checks.append(f"if {inp.name}.stride() != {_tup(stride)} or {inp.name}.shape != {_tup(shape)}:")
             want = f", {_shape_text(shape)!r}" if any(isinstance(d, sympy.Expr) for d in shape) else ""
-            body.append(f"    {inp.name} = _layout({inp.name}, {_tup(shape)}, {_tup(stride)}{want})")
-    return body + _draw_seeds(lowered)
+            checks.append(f"    {inp.name} = _layout({inp.name}, {_tup(shape)}, {_tup(stride)}{want})")
+            checked.append(inp.name)
+    if len(checked) >= LayoutBatch.MIN:
+        names = ", ".join(checked)
+        checks = [f"if not _lb.check({names}):"] + ["    " + c for c in checks] + [f"    _lb.learn({names})"]
+    return body + checks + _draw_seeds(lowered)
+
+
+class LayoutBatch:
+    """The input layout checks of a wrapper with many inputs (an optimizer step's hundreds), in
+    one call of torch's C++ ``TensorGuards``: built from the inputs of the first call once they
+    passed the checks (or were laid out), so passing it means the same sizes and strides, where
+    each check passes too. It also compares type, dtype, device, ``requires_grad`` and dispatch
+    keys: where any differs, the per-input checks run as without it."""
+
+    MIN = 4  # below this, the one C++ call saves less than it costs
+    __slots__ = ("guards", "learned")
+
+    def __init__(self):
+        self.guards, self.learned = None, False
+
+    def check(self, *tensors: torch.Tensor) -> bool:
+        return self.guards is not None and self.guards.check(*tensors)
+
+    def learn(self, *tensors: torch.Tensor) -> None:
+        if self.learned:
+            return
+        self.learned = True
+        try:
+            self.guards = TensorGuards(*tensors, dynamic_dims_sizes=[list(t.shape) for t in tensors],
+                                       dynamic_dims_strides=[list(t.stride()) for t in tensors])
+        except Exception:  # an input TensorGuards cannot describe: the per-input checks stay
+            self.guards = None
 
 
 def _bind_sizes(lowered: LoweredGraph, layouts: dict) -> list[str]:
@@ -224,7 +257,7 @@ def wrapper_globals(devices: list[str]) -> dict:
     """Names the generated source reads besides kernels, extern targets and constants: bound
     once, when the wrapper is loaded."""
     env: dict[str, Any] = {"empty_strided": torch.empty_strided, "randint": torch.randint, "zeros_padded": zeros_padded,
-                           "_bad_sizes": bad_sizes, "size_bucket": size_bucket}
+                           "_bad_sizes": bad_sizes, "size_bucket": size_bucket, "_lb": LayoutBatch()}
     env.update({device_name(d): torch.device(d) for d in devices})
     return env
 
