@@ -90,3 +90,38 @@ def test_symbolic_views_of_a_non_contiguous_input(backend):
     for n0, n1 in [(2, 3), (5, 7)]:
         xs = torch.randn(n1, n0, 4).transpose(0, 1)
         torch.testing.assert_close(compiled(xs, w), xs.reshape(n0 * n1, 4) @ w)
+
+
+def _decomposition_graph(target, specs, *extra):
+    graph = tc_ir.Graph()
+    inputs = [graph.input(f"x{i}", spec) for i, spec in enumerate(specs)]
+    out_spec = tc_ir.TensorSpec((s0, s1, 4), specs[0].dtype, "cpu")
+    graph.output(graph.call(target, *inputs, *extra, spec=out_spec))
+    return graph
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+@pytest.mark.parametrize("case", ["and", "slice_scatter", "slice_scatter_part"])
+def test_ops_through_decompositions_over_symbols(backend, case):
+    """Ops without a lowering decompose over size symbols as they do over static sizes (a
+    ShapeEnv behind the meta tensors), instead of running as extern calls; a decomposition that
+    branches on a size (a partial slice_scatter: its end against the size) stays an extern."""
+    aten = torch.ops.aten
+    f32, b8 = (tc_ir.TensorSpec((s0, s1, 4), dt, "cpu") for dt in (torch.float32, torch.bool))
+    if case == "and":
+        graph, make, eager = _decomposition_graph(aten.__and__.Tensor, [b8, b8]), \
+            (lambda n, m: [torch.rand(n, m, 4) > 0.5, torch.rand(n, m, 4) > 0.5]), torch.bitwise_and
+    elif case == "slice_scatter":
+        graph = _decomposition_graph(aten.slice_scatter.default, [f32, f32], 1, 0, 2**63 - 1)
+        make, eager = (lambda n, m: [torch.randn(n, m, 4), torch.randn(n, m, 4)]), \
+            (lambda a, b: torch.slice_scatter(a, b, 1, 0, 2**63 - 1))
+    else:
+        part = tc_ir.TensorSpec((s0, 2, 4), torch.float32, "cpu")
+        graph = _decomposition_graph(aten.slice_scatter.default, [f32, part], 1, 0, 2)
+        make, eager = (lambda n, m: [torch.randn(n, m, 4), torch.randn(n, 2, 4)]), \
+            (lambda a, b: torch.slice_scatter(a, b, 1, 0, 2))
+    compiled = tc_inductor.compile(graph, make(2, 3), {"backend": backend, "cache": False})
+    assert compiled.stats["extern_calls"] == (1 if case == "slice_scatter_part" else 0)
+    for n, m in [(2, 3), (5, 7)]:
+        inputs = make(n, m)
+        torch.testing.assert_close(compiled(*inputs), eager(*inputs))

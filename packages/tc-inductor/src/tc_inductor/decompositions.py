@@ -9,12 +9,18 @@ records the decomposition's ATen calls on meta tensors into a small tc_ir graph.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any
 
+import sympy
 import torch
 import torch._decomp
+from torch._guards import GuardSource, Source
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
@@ -124,9 +130,9 @@ def find_decomposition(target: Any) -> Callable | None:
 
 
 class _Recorder(TorchDispatchMode):
-    def __init__(self, graph: tc_ir.Graph, nodes: dict[int, Any], device: torch.device):
+    def __init__(self, graph: tc_ir.Graph, nodes: dict[int, Any], device: torch.device, sizes: Any = None):
         super().__init__()
-        self.graph, self.nodes, self.device = graph, nodes, device
+        self.graph, self.nodes, self.device, self.sizes = graph, nodes, device, sizes
 
     def _node_of(self, value: Any) -> Any:
         if isinstance(value, torch.Tensor):
@@ -135,10 +141,14 @@ class _Recorder(TorchDispatchMode):
             return self.nodes[id(value)][0]
         if isinstance(value, torch.device) and value.type == "meta":
             return self.device  # recorded calls run on the real device
+        if isinstance(value, torch.SymInt) and self.sizes is not None:
+            return self.sizes.ours(value)
         return value
 
     def _spec(self, value: Any) -> Any:
         spec = tc_ir.spec_of(value)
+        if self.sizes is not None:
+            spec = tuple(map(self.sizes.spec, spec)) if isinstance(spec, tuple) else self.sizes.spec(spec)
         if isinstance(spec, tc_ir.TensorSpec):
             return spec.with_(device=self.device)
         if isinstance(spec, tuple):
@@ -154,6 +164,8 @@ class _Recorder(TorchDispatchMode):
             # an intermediate: the recorded graph would write a copy and lose it; extern instead
             raise _Untraceable(f"the decomposition writes in place ({func})")
         out = func(*args, **kwargs)
+        if func is torch.ops.prim.device.default:  # a device, which the recorded calls take as self.device
+            return out
         node_args, node_kwargs = tree_map(self._node_of, (args, kwargs))
         node = self.graph.call(func, *node_args, kwargs=node_kwargs, spec=self._spec(out))
         if isinstance(out, torch.Tensor):
@@ -175,8 +187,10 @@ def trace_decomposition(target: Any, args: tuple, kwargs: dict, device: torch.de
     """Record ``target``'s decomposition as a tc_ir graph whose inputs are the tensor args.
 
     ``args``/``kwargs`` hold ``tc_ir.TensorSpec`` where the call has tensors, which live on
-    ``device``; the decomposition runs on meta tensors. Returns None when the
-    decomposition cannot be recorded (data-dependent values, symbolic sizes...).
+    ``device``; the decomposition runs on meta tensors, or over size symbols on fake tensors of
+    a ``ShapeEnv`` (:class:`_Sizes`: every size and argument recorded as an expression over the
+    graph's symbols). Returns None when the decomposition cannot be recorded (data-dependent
+    values, or a decomposition that branched on a symbolic size: it would hold for some sizes only).
     """
     fn = find_decomposition(target)
     if fn is None:
@@ -184,22 +198,97 @@ def trace_decomposition(target: Any, args: tuple, kwargs: dict, device: torch.de
     graph = tc_ir.Graph(f"decomp_{target}")
     nodes: dict[int, Any] = {}
     counter = iter(range(1 << 30))
+    sizes = _Sizes() if _has_symbols((args, kwargs)) else None
 
     def to_meta(value: Any) -> Any:
         if isinstance(value, tc_ir.TensorSpec):
-            if not value.is_static:
-                raise _Untraceable("symbolic sizes")
-            t = value.meta_tensor()
+            t = value.meta_tensor() if sizes is None else sizes.tensor(value)
             nodes[id(t)] = (graph.input(f"a{next(counter)}", value), t)
             return t
+        if sizes is not None and isinstance(value, sympy.Expr) and not value.is_Number:
+            return sizes.symint(value)
         return value
 
     try:
-        meta_args, meta_kwargs = tree_map(to_meta, (args, kwargs))
-        meta_kwargs = {k: (torch.device("meta") if k == "device" else v) for k, v in meta_kwargs.items()}
-        with _Recorder(graph, nodes, torch.device(device)) as recorder:
-            out = fn(*meta_args, **meta_kwargs)
-            graph.output(tree_map(recorder._node_of, out))
+        with sizes.mode if sizes is not None else contextlib.nullcontext():
+            meta_args, meta_kwargs = tree_map(to_meta, (args, kwargs))
+            meta_kwargs = {k: (torch.device("meta") if k == "device" else v) for k, v in meta_kwargs.items()}
+            with _Recorder(graph, nodes, torch.device(device), sizes) as recorder:
+                out = fn(*meta_args, **meta_kwargs)
+                graph.output(tree_map(recorder._node_of, out))
     except Exception:
         return None
+    if sizes is not None and not sizes.unconditional():
+        return None
     return graph
+
+
+def _has_symbols(tree: Any) -> bool:
+    return any((isinstance(v, tc_ir.TensorSpec) and not v.is_static)
+               or (isinstance(v, sympy.Expr) and not v.is_Number) for v in tc_ir.leaves(tree))
+
+
+@dataclasses.dataclass(frozen=True)
+class _SizeSource(Source):
+    symbol: str
+
+    @property
+    def name(self) -> str:
+        return f"tc_size_{self.symbol}"
+
+    def guard_source(self) -> GuardSource:
+        return GuardSource.LOCAL
+
+
+_MAX_SIZE = 2**48
+
+
+class _Sizes:
+    """Fake tensors over a ``ShapeEnv`` for a decomposition traced over size symbols: one
+    ShapeEnv symbol per graph symbol (each >= 2, torch's range for a dynamic size, as ours);
+    hints are distinct primes, so no two symbols are taken for one (duck sizing). Any guard the
+    ShapeEnv records means the decomposition chose a path by the hint: :meth:`unconditional`
+    is then False and the caller declines (an extern call, right at every size)."""
+
+    def __init__(self):
+        self.env = ShapeEnv()
+        self.mode = FakeTensorMode(shape_env=self.env, allow_non_fake_inputs=True)
+        self.to_env: dict[sympy.Symbol, sympy.Expr] = {}
+        self.to_tc: dict[sympy.Symbol, sympy.Symbol] = {}
+
+    def symint(self, expr: Any) -> Any:
+        expr = sympy.sympify(expr)
+        for symbol in sorted(expr.free_symbols, key=lambda s: s.name):
+            if symbol not in self.to_env:
+                hint = int(sympy.prime(101 + len(self.to_env)))
+                theirs = self.env.create_symbol(hint, _SizeSource(symbol.name), dynamic_dim=DimDynamic.DYNAMIC)
+                # a size is below 2**48 (no memory holds more), so clamps against int64's max
+                # (slice ends) are decided without a guard
+                self.env.constrain_symbol_range(theirs, compiler_min=2, compiler_max=_MAX_SIZE)
+                self.to_env[symbol], self.to_tc[theirs] = theirs, symbol
+        theirs = expr.xreplace(self.to_env)
+        if theirs.is_Integer:
+            return int(theirs)
+        return self.env.create_symintnode(theirs, hint=int(theirs.xreplace(self.env.backed_var_to_val)))
+
+    def tensor(self, spec: tc_ir.TensorSpec) -> torch.Tensor:
+        return torch.empty_strided([self.symint(d) for d in spec.shape], [self.symint(d) for d in spec.stride],
+                                   dtype=spec.dtype, device="meta")
+
+    def ours(self, value: Any) -> Any:
+        """A ShapeEnv size (SymInt or int) as an int or an expression over the graph's symbols."""
+        if isinstance(value, torch.SymInt):
+            value = value.node.expr
+        if isinstance(value, sympy.Expr):
+            expr = tc_ir.spec.plain_size_expr(value).xreplace(self.to_tc)
+            return int(expr) if expr.is_Integer else expr
+        return value
+
+    def spec(self, spec: Any) -> Any:
+        if isinstance(spec, tc_ir.TensorSpec):
+            return tc_ir.TensorSpec(tuple(self.ours(d) for d in spec.shape), spec.dtype, spec.device,
+                                    tuple(self.ours(d) for d in spec.stride))
+        return spec
+
+    def unconditional(self) -> bool:
+        return not self.env.guards and not self.env.replacements and not self.env.divisible
