@@ -96,3 +96,32 @@ def compiled_guard_sources(compiled) -> str:
         for entries in cache.entries.values():
             texts += [entry.guard_source for entry in entries]
     return "\n".join(texts)
+
+
+@pytest.mark.parametrize("change", ["buffer_replaced", "buffer_other_strides", "state_dropped"])
+def test_optimizer_state_read_once_still_sees_each_change(change):
+    def make():
+        torch.manual_seed(0)
+        ps = [torch.nn.Parameter(torch.randn(4, 3)) for _ in range(6)]
+        for p in ps:
+            p.grad = torch.randn_like(p)
+        return ps, torch.optim.SGD(ps, lr=0.1, momentum=0.9, foreach=True)
+
+    params, opt = make()
+    ref, ref_opt = make()
+    step = tc_capture.optimize(counting_backend())(opt.step)
+    for i in range(5):
+        if i == 3:
+            for o, ps in ((opt, params), (ref_opt, ref)):
+                if change == "buffer_replaced":
+                    o.state[ps[2]]["momentum_buffer"] = torch.full((4, 3), 0.5)
+                elif change == "buffer_other_strides":
+                    o.state[ps[2]]["momentum_buffer"] = torch.full((3, 4), 0.5).t()
+                else:
+                    del o.state[ps[4]]
+        step()
+        ref_opt.step()
+        for p, r in zip(params, ref):
+            torch.testing.assert_close(p, r)
+        for p, r in zip(params, ref):
+            torch.testing.assert_close(opt.state[p]["momentum_buffer"], ref_opt.state[r]["momentum_buffer"])

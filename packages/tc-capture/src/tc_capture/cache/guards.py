@@ -222,7 +222,8 @@ class _Hoist:
             src = self.sources[expr]
             value = expr
             if src.base is not None and src.base.expr in self.local and expr.startswith(src.base.expr):
-                value = self._use(src.base.expr, binds) + expr[len(src.base.expr):]
+                # the rest may read bound paths too (a dict keyed by a tensor: ``state[p]``)
+                value = self._use(src.base.expr, binds) + self.substitute(expr[len(src.base.expr):])
             binds.append(f"{self.local[expr]} = {value}")
             self.bound.add(expr)
         return self.local[expr]

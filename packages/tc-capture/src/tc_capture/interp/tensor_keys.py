@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import collections
 
+import torch
+
 from ..cache import sources as S
 from .base import Unsupported
 from .variables import Const, DictV, ListV, TensorV, V
@@ -28,7 +30,12 @@ def _where(f, container: Const, key: TensorV):
     real = f.session.real_input(key)
     if real is None or container.source is None:
         raise Unsupported("a dict keyed by a tensor that is not a graph input")
-    src = S.Source(f"{container.source.expr}[{key.source.expr}]", f"{container.source.name}_{key.source.name}")
+    # Pure (read once per guard check) when the dict's lookup runs no user code: an exact dict or
+    # defaultdict (its membership is guarded before the read) and a key hashed by torch (by id).
+    pure = container.source.pure and type(container.value) in (dict, collections.defaultdict) \
+        and type(real) in (torch.Tensor, torch.nn.Parameter)
+    src = S.Source(f"{container.source.expr}[{key.source.expr}]", f"{container.source.name}_{key.source.name}",
+                   base=container.source, pure=pure)
     return real, src
 
 
