@@ -37,9 +37,10 @@ def copy_back(inputs: Sequence[Any], positions: list[int], values: Sequence[torc
     the input's memory (same storage and layout) is not copied, only the input's version counter
     is bumped, as ``copy_`` would have (autograd then refuses a stale saved tensor as in eager)."""
     written = []
+    enabled = torch.is_grad_enabled()  # read once: the loop restores it after each copy
     for i, value in zip(positions, values):
         target = inputs[i]
-        grad = torch.is_grad_enabled() and (value.requires_grad or target.requires_grad)
+        grad = enabled and (value.requires_grad or target.requires_grad)
         if not grad and (value is target or same_memory(value, target)):
             written.append(target)
             continue
