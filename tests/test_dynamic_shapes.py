@@ -238,3 +238,35 @@ def test_fused_attention_over_sequence_lengths(device, dynamic, mark, expected):
                 torch.testing.assert_close(a.float(), b.float(), **tol)
     _no_fallback(caught)
     assert _entries(cm) == expected
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_training_batch_norm_after_the_batch_became_dynamic(backend):
+    # Eval calls over batches 4, 4, 2 make the batch a symbol; the training entry compiled next
+    # traced batch norm's functional op with symbolic sizes, where the meta kernels give no spec:
+    # the recorded spec had 3 outputs, the op 5 (IndexError, a fallback to eager).
+    torch.manual_seed(0)
+    m = conv_net(norm=True)
+    cm = tc.compile(m, backend=backend)
+    ref = conv_net(norm=True)
+    ref.load_state_dict(m.state_dict())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        m.eval(), ref.eval()
+        with torch.no_grad():
+            for batch in (4, 4, 2):
+                x = torch.randn(batch, 3, 12, 12)
+                torch.testing.assert_close(cm(x), ref(x), **TOL)
+        m.train(), ref.train()
+        for batch in (4, 3):
+            x = torch.randn(batch, 3, 12, 12)
+            out, want = cm(x), ref(x)
+            torch.testing.assert_close(out, want, **TOL)
+            g = torch.randn_like(want)
+            got = torch.autograd.grad(out, list(m.parameters()), g)
+            expected = torch.autograd.grad(want, list(ref.parameters()), g)
+            for a, b in zip(got, expected):
+                torch.testing.assert_close(a, b, **TOL)
+    _no_fallback(caught)
+    for a, b in zip(m.buffers(), ref.buffers()):
+        torch.testing.assert_close(a.float(), b.float(), **TOL)

@@ -403,7 +403,7 @@ def _record_batch_norm(rec: Recorder, func: Any, args: tuple, kwargs: dict, out:
     updates = training and mean is not None
     target = aten._native_batch_norm_legit_functional.default if updates else func
     node = rec.record(target, (x, w, b, mean, var, training, momentum, eps), {}, tuple(out))
-    node.spec = tc_ir.infer_spec(node.target, node.args, node.kwargs) or node.spec
+    node.spec = tc_ir.infer_spec(node.target, node.args, node.kwargs) or _batch_norm_specs(node.spec, updates, mean, var)
     for i, t in enumerate(out[:3]):
         if t.numel() == 0 and node.spec[i].numel != 0:  # eval: the kernels return empty stats, meta does not
             item = rec.emit(aten.empty.memory_format, [0], dtype=t.dtype, device=t.device, spec=clean_spec(t))
@@ -413,6 +413,12 @@ def _record_batch_norm(rec: Recorder, func: Any, args: tuple, kwargs: dict, out:
     if updates:
         rec.table.write(mean, rec.emit(operator.getitem, node, 3, spec=node.spec[3]))
         rec.table.write(var, rec.emit(operator.getitem, node, 4, spec=node.spec[4]))
+
+
+def _batch_norm_specs(recorded: tuple, updates: bool, mean: Any, var: Any) -> tuple:
+    """Where the meta kernels give no spec (symbolic sizes): the three recorded outputs, and for
+    the functional op the new running stats, laid out as the old ones."""
+    return (*recorded, clean_spec(mean), clean_spec(var)) if updates else recorded
 
 
 MUTATION_RULES: dict[Any, Callable] = {
