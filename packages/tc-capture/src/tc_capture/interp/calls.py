@@ -638,8 +638,10 @@ def inline(f, fn, args: list[V], kwargs: dict[str, V], source: S.Source | None =
         code, globals_, defaults, kwdefaults, closure = fn.code, fn.globals, fn.defaults, fn.kwdefaults, fn.closure
     else:
         code, globals_ = fn.__code__, fn.__globals__
-        defaults = [_const_v(d) for d in (fn.__defaults__ or ())]
-        kwdefaults = {k: _const_v(d) for k, d in (fn.__kwdefaults__ or {}).items()}
+        defaults = [_default_v(f, d, source, f"__defaults__[{i}]", f"default{i}")
+                    for i, d in enumerate(fn.__defaults__ or ())]
+        kwdefaults = {k: _default_v(f, d, source, f"__kwdefaults__[{k!r}]", f"kwdefault_{k}")
+                      for k, d in (fn.__kwdefaults__ or {}).items()}
         closure = [_closure_cell(f, c, i, source) for i, c in enumerate(fn.__closure__ or ())]
     locals_ = bind_args(code, defaults, kwdefaults, args, kwargs)
     cells = dict(zip(code.co_freevars, closure))
@@ -660,6 +662,30 @@ def _run_generator(child) -> IterV:
     child.yields = []
     child.run()
     return IterV(child.yields, cls=types.GeneratorType)
+
+
+_IMMUTABLE = (int, float, bool, str, bytes, complex, type(None), type, types.FunctionType, types.ModuleType,
+              types.BuiltinFunctionType, torch.dtype, torch.device)
+
+
+def _immutable(value) -> bool:
+    if isinstance(value, (tuple, frozenset)):
+        return all(_immutable(v) for v in value)
+    return isinstance(value, _IMMUTABLE)
+
+
+def _default_v(f, value, source: S.Source | None, where: str, label: str) -> V:
+    """A default argument of an inlined function. A mutable one (a list appended to across calls,
+    an ndarray or a tensor written in place) is the function's own object, read through its
+    source and tracked like any other, so its mutations are seen and replayed as eager's are;
+    an immutable one is a constant."""
+    if _immutable(value):
+        return Const(value)
+    if source is None:
+        if isinstance(value, torch.Tensor) or type(value).__module__ == "numpy":
+            raise Unsupported(f"a {type(value).__name__} default argument of a function reached without a source")
+        return _const_v(value)
+    return f.session.wrap(value, S.Source(f"{source.expr}.{where}", f"{source.name}_{label}"))
 
 
 def _const_v(value) -> V:
