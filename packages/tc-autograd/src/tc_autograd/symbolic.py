@@ -14,35 +14,16 @@ straight-line Python check run before every call: a call they do not admit is tr
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import sympy
 import torch
-from torch._guards import GuardSource, Source
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
 
 import tc_ir
 from tc_ir.interpret import size_places
-
-
-@dataclasses.dataclass(frozen=True)
-class _SizeSource(Source):
-    """Where a ShapeEnv symbol comes from: one of the graph's size symbols (names the symbol in
-    the ShapeEnv's messages; tc never asks the ShapeEnv to produce guard code from sources)."""
-
-    symbol: str
-
-    @property
-    def name(self) -> str:
-        return f"tc_size_{self.symbol}"
-
-    def guard_source(self) -> GuardSource:
-        return GuardSource.LOCAL
-
-    def reconstruct(self, codegen: Any) -> None:
-        raise NotImplementedError
+from tc_ir.spec import SizeSource
 
 
 def graph_symbols(graph: tc_ir.Graph) -> set[sympy.Symbol]:
@@ -83,7 +64,7 @@ class Symbols:
         self.pinned: list[sympy.Expr] = []  # symbols the ShapeEnv specialised at creation (0/1)
         self.assumed: list[sympy.Basic] = []  # relations :meth:`settled` relied on (``e >= 1``)
         for s in ours:
-            made = self.env.create_symbol(self.hints[s], source=_SizeSource(s.name), dynamic_dim=DimDynamic.DYNAMIC)
+            made = self.env.create_symbol(self.hints[s], source=SizeSource(s.name), dynamic_dim=DimDynamic.DYNAMIC)
             self.to_env[s] = made
             if not isinstance(made, sympy.Symbol):
                 self.pinned.append(sympy.Eq(s, int(made)))

@@ -10,7 +10,6 @@ records the decomposition's ATen calls on meta tensors into a small tc_ir graph.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -18,13 +17,13 @@ from typing import Any
 import sympy
 import torch
 import torch._decomp
-from torch._guards import GuardSource, Source
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
 import tc_ir
+from tc_ir.spec import SizeSource
 
 aten = torch.ops.aten
 
@@ -228,18 +227,6 @@ def _has_symbols(tree: Any) -> bool:
                or (isinstance(v, sympy.Expr) and not v.is_Number) for v in tc_ir.leaves(tree))
 
 
-@dataclasses.dataclass(frozen=True)
-class _SizeSource(Source):
-    symbol: str
-
-    @property
-    def name(self) -> str:
-        return f"tc_size_{self.symbol}"
-
-    def guard_source(self) -> GuardSource:
-        return GuardSource.LOCAL
-
-
 _MAX_SIZE = 2**48
 
 
@@ -261,7 +248,7 @@ class _Sizes:
         for symbol in sorted(expr.free_symbols, key=lambda s: s.name):
             if symbol not in self.to_env:
                 hint = int(sympy.prime(101 + len(self.to_env)))
-                theirs = self.env.create_symbol(hint, _SizeSource(symbol.name), dynamic_dim=DimDynamic.DYNAMIC)
+                theirs = self.env.create_symbol(hint, SizeSource(symbol.name), dynamic_dim=DimDynamic.DYNAMIC)
                 # a size is below 2**48 (no memory holds more), so clamps against int64's max
                 # (slice ends) are decided without a guard
                 self.env.constrain_symbol_range(theirs, compiler_min=2, compiler_max=_MAX_SIZE)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import attrs
 import sympy
 import torch
+from torch._guards import GuardSource, Source
 
 _SHORT_DTYPES = {
     torch.float32: "f32",
@@ -269,3 +271,22 @@ def spec_of(value: Any) -> Any:
     if isinstance(value, (tuple, list)) and value and all(isinstance(v, torch.Tensor) for v in value):
         return tuple(spec_of(v) for v in value)
     return None
+
+
+@dataclasses.dataclass(frozen=True)
+class SizeSource(Source):
+    """Where a torch ``ShapeEnv`` symbol comes from when a tc tracer makes one for a graph's size
+    symbol: it names the symbol in the ShapeEnv's messages (tc never asks the ShapeEnv to produce
+    guard code from sources)."""
+
+    symbol: str
+
+    @property
+    def name(self) -> str:
+        return f"tc_size_{self.symbol}"
+
+    def guard_source(self) -> GuardSource:
+        return GuardSource.LOCAL
+
+    def reconstruct(self, codegen: Any) -> None:
+        raise NotImplementedError

@@ -116,3 +116,12 @@ class StackFrame:
 
     def jump(self, offset: int) -> None:
         self.ip = self.index_of[offset]
+
+
+def hashable(x) -> bool:
+    """Can ``x`` be looked up in a table (a dict or set of rules keyed by the called object)?"""
+    try:
+        hash(x)
+        return True
+    except TypeError:
+        return False

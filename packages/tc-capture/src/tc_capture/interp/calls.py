@@ -25,7 +25,7 @@ import tc_ir
 
 from ..cache import sources as S
 from . import numpy_funcs, numpy_ops, queries, stdlib_collections, stdlib_iter, torch_features  # noqa: F401  (they register BUILTINS)
-from .base import Unsupported, defines
+from .base import Unsupported, defines, hashable
 from .builtins_ import BUILTINS, CALLABLE_TYPES, bind_namedtuple
 from .cond import capture_cond
 from .contexts import CONTEXT_CLASSES, make_context, restore
@@ -116,7 +116,7 @@ PASS = object()
 
 
 def _builtin(f, fn, args, kwargs):
-    handler = BUILTINS.get(fn.value) if _hashable(fn.value) else None
+    handler = BUILTINS.get(fn.value) if hashable(fn.value) else None
     return PASS if handler is None else handler(f, args, kwargs)
 
 
@@ -132,7 +132,7 @@ def _by_type(f, fn, args, kwargs):
 
 def _context_manager(f, fn, args, kwargs):
     value = fn.value
-    return make_context(f, value, args, kwargs) if _hashable(value) and value in CONTEXT_CLASSES else PASS
+    return make_context(f, value, args, kwargs) if hashable(value) and value in CONTEXT_CLASSES else PASS
 
 
 def _cond(f, fn, args, kwargs):
@@ -162,7 +162,7 @@ def _function_get(f, fn, args, kwargs):
 
 
 def _torch_constant(f, fn, args, kwargs):
-    return Const(_TORCH_CONSTANTS[fn.value]) if _hashable(fn.value) and fn.value in _TORCH_CONSTANTS else PASS
+    return Const(_TORCH_CONSTANTS[fn.value]) if hashable(fn.value) and fn.value in _TORCH_CONSTANTS else PASS
 
 
 def _state_query(f, fn, args, kwargs):
@@ -305,14 +305,6 @@ def _is_dynamo_marker(fn) -> bool:
     around the grad-mode switch). tc records grad-mode changes as graph nodes, so the marker has
     nothing to do; matched by name so that tc never imports Dynamo."""
     return getattr(fn, "__module__", None) == "torch._dynamo.decorators" and getattr(fn, "__name__", None) == "graph_break"
-
-
-def _hashable(x) -> bool:
-    try:
-        hash(x)
-        return True
-    except TypeError:
-        return False
 
 
 def _name(fn) -> str:

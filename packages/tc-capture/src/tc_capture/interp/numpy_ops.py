@@ -31,7 +31,7 @@ import weakref
 import torch
 
 from ..cache import sources as S
-from .base import Unsupported
+from .base import Unsupported, hashable
 from .pyops import realize_const
 from .record import record
 from .session import WRAP_TYPES
@@ -475,7 +475,7 @@ def call(f, fn, args, kwargs) -> V | None:
     callable given tracked arrays that is not traced, or None (not NumPy's: other rules apply)."""
     if np is None:
         return None
-    handler = FUNCTIONS.get(fn) if _hashable(fn) else None
+    handler = FUNCTIONS.get(fn) if hashable(fn) else None
     if handler is not None or isinstance(fn, np.ufunc):
         constants = _constants(args, kwargs)
         if constants is not None:  # pure NumPy of constants (``np.sqrt(2.0)``, ``np.prod(shape)``)
@@ -533,14 +533,6 @@ def const_array(f, arr, what: str) -> NdarrayV:
         raise Unsupported(f"{what} makes a constant array of {flat.size} items")
     t = record(f.session, torch.tensor, (Const(flat.tolist()),), {"dtype": dtype})
     return NdarrayV(record(f.session, torch.reshape, (t, Const(tuple(arr.shape))), {}))
-
-
-def _hashable(x) -> bool:
-    try:
-        hash(x)
-        return True
-    except TypeError:
-        return False
 
 
 def transpose(f, args, kwargs) -> V:

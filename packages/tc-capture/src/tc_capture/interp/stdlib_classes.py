@@ -30,7 +30,7 @@ import types
 
 import torch
 
-from .base import Unsupported, call_function
+from .base import Unsupported, call_function, hashable
 from .builtins_ import BUILTINS
 from .pyops import realize_const
 from .stdlib_misc import numpy_scalar
@@ -84,15 +84,7 @@ def _safe_callee(callee) -> bool:
     if callee[0] != "val":
         return False
     value = callee[1]
-    return value in _CLASS_BODY_CALLS if _hashable(value) else False
-
-
-def _hashable(x) -> bool:
-    try:
-        hash(x)
-        return True
-    except TypeError:
-        return False
+    return value in _CLASS_BODY_CALLS if hashable(value) else False
 
 
 def _check_body(code, globals_: dict) -> str | None:
