@@ -92,7 +92,7 @@ def _step(model, variant, task, ids, opt, device):
     return loss
 
 
-def run_cell(task: str, variant: str, device: str) -> dict:
+def run_cell(task: str, variant: str, device: str, profile: bool = False) -> dict:
     small = device == "cpu"
     model = _model(device, small)
     model.train(task == "train")
@@ -124,9 +124,14 @@ def run_cell(task: str, variant: str, device: str) -> dict:
         _step(compiled, variant, task, ids, opt, device)
     if device == "cuda":
         torch.cuda.synchronize()
+    fixed_ms = (time.perf_counter() - start) / 20 * 1e3
+    if profile:
+        from gpu_profile import report
+
+        report(lambda: _step(compiled, variant, task, ids, opt, device), f"{task} {variant} {fixed[0]}x{fixed[1]}")
     return {"task": task, "variant": variant, "compiles": compiles(), "stream_s": total,
             "steady_ms": steady / len(shapes) * 1e3, "shapes": len(shapes),
-            "fixed_ms": (time.perf_counter() - start) / 20 * 1e3}
+            "fixed_ms": fixed_ms}
 
 
 def main() -> int:
@@ -134,18 +139,20 @@ def main() -> int:
     parser.add_argument("--tasks", default=",".join(TASKS))
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--timeout", type=int, default=900, help="seconds per cell")
+    parser.add_argument("--profile", action="store_true", help="CUDA: the fixed size's kernels and host time")
     parser.add_argument("--cell", help=argparse.SUPPRESS)
     args = parser.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.cell:
         task, variant = args.cell.split(",")
-        print(json.dumps(run_cell(task, variant, device)))
+        print(json.dumps(run_cell(task, variant, device, args.profile)))
         return 0
     rows = []
     for task in args.tasks.split(","):
         for variant in args.variants.split(","):
             try:
-                done = subprocess.run([sys.executable, __file__, "--cell", f"{task},{variant}"], capture_output=True,
+                done = subprocess.run([sys.executable, __file__, "--cell", f"{task},{variant}"] + ["--profile"] * args.profile,
+                                      capture_output=True,
                                       text=True, env=os.environ.copy(), timeout=args.timeout)
             except subprocess.TimeoutExpired:
                 print(f"{task} {variant}: over {args.timeout} s")
@@ -154,6 +161,8 @@ def main() -> int:
             if done.returncode or not lines:
                 print(f"{task} {variant}: failed\n{done.stderr[-1500:]}")
                 continue
+            if args.profile:
+                print("\n".join(line for line in done.stdout.splitlines() if not line.startswith("{")))
             rows.append(json.loads(lines[-1]))
             print(json.dumps(rows[-1]), flush=True)
     print(f"\n{'task':6} {'variant':20} {'compiles':>8} {'stream s':>9} {'steady ms':>10} {'vs eager':>9} "

@@ -56,7 +56,7 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def run_cell(opt_name: str, variant: str, steps: int, device: str) -> dict:
+def run_cell(opt_name: str, variant: str, steps: int, device: str, profile: bool = False) -> dict:
     params = _state(device)
     opt = _optimizer(opt_name, params, variant)
     step = opt.step
@@ -78,6 +78,11 @@ def run_cell(opt_name: str, variant: str, steps: int, device: str) -> dict:
         step()
     _sync(device)
     per_step = (time.perf_counter() - start) / steps
+    if profile:  # more steps: the reference below takes as many
+        from gpu_profile import report
+
+        report(step, f"{opt_name} {variant}", steps=5)
+        steps += 3 + 5 * 3  # report: warm-up, then timed, profiled and cProfiled steps
     reference = _state(device)
     ref_opt = _optimizer(opt_name, reference, "eager-foreach")
     for _ in range(4 + steps):
@@ -92,24 +97,28 @@ def main() -> int:
     parser.add_argument("--opts", default=",".join(OPTS))
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--profile", action="store_true", help="CUDA: each cell's kernels and host time (gpu_profile.py)")
     parser.add_argument("--cell", help=argparse.SUPPRESS)  # internal: "opt,variant" in this process
     args = parser.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.cell:
         opt_name, variant = args.cell.split(",")
-        print(json.dumps(run_cell(opt_name, variant, args.steps, device)))
+        print(json.dumps(run_cell(opt_name, variant, args.steps, device, args.profile)))
         return 0
     print(f"device: {torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}; "
           f"{len(_shapes(device == 'cpu'))} tensors, {sum(torch.Size(s).numel() for s in _shapes(device == 'cpu')):,} values")
     rows = []
     for opt_name in args.opts.split(","):
         for variant in args.variants.split(","):
-            done = subprocess.run([sys.executable, __file__, "--cell", f"{opt_name},{variant}", "--steps", str(args.steps)],
+            done = subprocess.run([sys.executable, __file__, "--cell", f"{opt_name},{variant}", "--steps", str(args.steps)]
+                                  + ["--profile"] * args.profile,
                                   capture_output=True, text=True, env=os.environ.copy())
             lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
             if done.returncode or not lines:
                 print(f"{opt_name} {variant}: failed\n{done.stderr[-2000:]}")
                 continue
+            if args.profile:
+                print("\n".join(line for line in done.stdout.splitlines() if not line.startswith("{")))
             rows.append(json.loads(lines[-1]))
             print(lines[-1], flush=True)  # each cell as it ends: a run cut short still reports
     print(f"\n{'optimizer':9} {'variant':14} {'ms/step':>8} {'steps/s':>8} {'vs foreach':>10} {'first s':>8} {'matches':>8}")

@@ -1,0 +1,67 @@
+"""Where a step's time goes: GPU kernels, host-side torch ops and tc's own Python.
+
+    from gpu_profile import report
+    report(step, label="tc dynamic 8x512")   # step: a no-argument callable, already warm
+
+Prints, per step: wall time, GPU kernel time, kernel launches, the kernels that take the most GPU
+time, the torch ops that take the most host time, and (``python_top``) the Python functions with
+the most time of their own under cProfile: the host side of a launch-bound step.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import io
+import pstats
+import time
+
+import torch
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _wall(step, steps: int) -> float:
+    _sync()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    _sync()
+    return (time.perf_counter() - start) / steps * 1e3
+
+
+def report(step, label: str, steps: int = 10, top: int = 12, python_top: int = 15) -> dict:
+    for _ in range(3):
+        step()
+    wall = _wall(step, steps)
+    acts = [torch.profiler.ProfilerActivity.CPU] + [torch.profiler.ProfilerActivity.CUDA] * torch.cuda.is_available()
+    with torch.profiler.profile(activities=acts) as prof:
+        for _ in range(steps):
+            step()
+        _sync()
+    events = prof.key_averages()
+    gpu = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+    launches = sum(e.count for e in gpu) / steps
+    gpu_ms = sum(e.self_device_time_total for e in gpu) / steps / 1e3
+    print(f"\n=== {label}: wall {wall:.3f} ms/step, GPU kernels {gpu_ms:.3f} ms/step, {launches:.0f} launches/step")
+    for e in sorted(gpu, key=lambda e: -e.self_device_time_total)[:top]:
+        print(f"  gpu {e.self_device_time_total / steps / 1e3:8.3f} ms  x{e.count / steps:5.0f}  {e.key[:90]}")
+    cpu = [e for e in events if e.device_type == torch.autograd.DeviceType.CPU]
+    for e in sorted(cpu, key=lambda e: -e.self_cpu_time_total)[:top]:
+        print(f"  cpu {e.self_cpu_time_total / steps / 1e3:8.3f} ms  x{e.count / steps:5.0f}  {e.key[:90]}")
+    if python_top:
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(steps):
+            step()
+        _sync()
+        profiler.disable()
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(python_top)
+        lines = [line for line in text.getvalue().splitlines() if line.strip()]
+        print("  python (tottime over", steps, "steps):")
+        for line in lines[lines.index(next(x for x in lines if "ncalls" in x)):][:python_top + 1]:
+            print("   ", line[:150])
+    return {"label": label, "wall_ms": wall, "gpu_ms": gpu_ms, "launches": launches}
