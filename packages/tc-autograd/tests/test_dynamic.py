@@ -192,3 +192,36 @@ def _chain(compiled):
     while compiled is not None:
         yield compiled
         compiled = compiled.other
+
+
+def _concrete_size_op():
+    """``tcdyn::scale``: its dispatcher kernel reads a concrete size (``int(numel())``, as torch
+    2.11's C++ ``matmul`` does), its Python-dispatcher version stays symbolic."""
+    if not hasattr(torch.ops.tcdyn, "scale"):
+        lib = torch.library.Library("tcdyn", "DEF")
+        lib.define("scale(Tensor x) -> Tensor")
+        lib.impl("scale", lambda x: x * 2.0 + 0 * int(x.numel()), "CompositeImplicitAutograd")
+        torch.ops.tcdyn.scale.default.py_impl(torch._C.DispatchKey.CompositeImplicitAutograd)(lambda x: x * 2.0)
+        _concrete_size_op.lib = lib  # the library's registrations live as long as it does
+    return torch.ops.tcdyn.scale.default
+
+
+def test_composites_trace_under_the_python_dispatcher():
+    """Over size symbols the trace runs under torch's Python dispatcher, as Dynamo's does: a
+    composite whose dispatcher kernel needs a concrete size would otherwise pin the symbol
+    (``s0 == 5``: one trace per size) or fail (torch 2.11's ``linear`` on CUDA)."""
+    g = tc_ir.Graph("g")
+    x = g.input("x", tc_ir.TensorSpec((s0, 3), requires_grad=True))
+    g.output(g.call(torch.sin, g.call(_concrete_size_op(), x)))
+    f = tc_autograd.aot(g, [torch.randn(5, 3, requires_grad=True)])
+    assert f.guards == [] and "s0" in str(f.forward_graph)
+    for n in [2, 5, 11]:
+        x_real = torch.randn(n, 3, requires_grad=True)
+        x_ref = _leaf(x_real)
+        out = f(x_real)
+        want = torch.sin(x_ref * 2.0)
+        torch.testing.assert_close(out, want)
+        out.sum().backward()
+        want.sum().backward()
+        torch.testing.assert_close(x_real.grad, x_ref.grad)
+    assert len(f.variants) == 1 and f.variants[(True,)].other is None

@@ -10,11 +10,13 @@ grad (``None`` where an input gets no gradient).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
 import attrs
 import torch
+from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import tc_ir
@@ -176,7 +178,8 @@ def trace(graph: tc_ir.Graph, inputs: Sequence[Any], decompositions: dict | None
     fakes, leaves = _fake_inputs(mode, graph, rec, inputs, training, symbols)
     # cuDNN batch norm writes running stats behind its schema's back and needs its reserve
     # buffer in the backward; with cuDNN off, CUDA batch norm traces as native_batch_norm.
-    with mode, rec, torch.set_grad_enabled(training), _no_autocast_leak(), torch.backends.cudnn.flags(enabled=False):
+    with mode, rec, torch.set_grad_enabled(training), _no_autocast_leak(), torch.backends.cudnn.flags(enabled=False), \
+            symbolic_dispatch(symbols):
         runnable = symbols.runnable(graph) if symbols else graph
         outs = interpret_unwrapped(bind_recompute(bind_attention(bind_higher_order(runnable, rec)), rec), fakes)
     nodes: list[tc_ir.Node] = []
@@ -192,7 +195,8 @@ def trace(graph: tc_ir.Graph, inputs: Sequence[Any], decompositions: dict | None
     is_joint = any(differentiable) and bool(grad_inputs)
     grads: list[Any] = []
     if is_joint:
-        grads = _trace_backward(mode, rec, fw_fakes, differentiable, [leaves[i] for i in grad_inputs])
+        with symbolic_dispatch(symbols):
+            grads = _trace_backward(mode, rec, fw_fakes, differentiable, [leaves[i] for i in grad_inputs])
     rec.graph.output((tuple(values), tuple(grads)) if is_joint else tuple(values))
     guards = []
     if symbols is not None:
@@ -201,6 +205,13 @@ def trace(graph: tc_ir.Graph, inputs: Sequence[Any], decompositions: dict | None
         guards = symbols.guards()
     return Traced(rec.graph, plan, len(nodes), mutated, differentiable, grad_inputs if is_joint else [], is_joint,
                   guards)
+
+
+def symbolic_dispatch(symbols: Symbols | None) -> Any:
+    """Torch's Python dispatcher over size symbols, as Dynamo traces. Some C++ composite kernels
+    read a concrete size (torch 2.11's ``matmul`` behind ``linear`` calls ``numel()``) and fail
+    on SymInt sizes; the Python dispatcher runs torch's symbolic-aware Python versions of them."""
+    return enable_python_dispatcher() if symbols is not None else contextlib.nullcontext()
 
 
 def _check_static_plan(plan: Any) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import sympy
 import torch
 import torch._decomp
+from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -209,7 +210,10 @@ def trace_decomposition(target: Any, args: tuple, kwargs: dict, device: torch.de
         return value
 
     try:
-        with sizes.mode if sizes is not None else contextlib.nullcontext():
+        # over symbols, torch's Python dispatcher (as Dynamo traces): some C++ composites read
+        # concrete sizes of SymInt-sized tensors and fail (torch 2.11's matmul calls numel())
+        with sizes.mode if sizes is not None else contextlib.nullcontext(), \
+                enable_python_dispatcher() if sizes is not None else contextlib.nullcontext():
             meta_args, meta_kwargs = tree_map(to_meta, (args, kwargs))
             meta_kwargs = {k: (torch.device("meta") if k == "device" else v) for k, v in meta_kwargs.items()}
             with _Recorder(graph, nodes, torch.device(device), sizes) as recorder:
