@@ -34,7 +34,11 @@ class TritonLauncher:
                  device: int = 0, options: dict | None = None):
         self.fn, self.consts, self.n_pointers, self.outputs = fn, dict(consts), n_pointers, outputs
         self.run_kwargs = {**consts, **(options or {})}  # compile options: run's key, not launch args
-        self.const_values = tuple(consts.values())
+        # the C launcher takes the kernel's parameters (constexprs included) in their order, and
+        # nothing else: a compile option of the config (num_warps) made every direct launch a
+        # TypeError (one argument too many), so every kernel fell back to run for good
+        names = getattr(fn, "arg_names", None) or list(consts)
+        self.const_values = tuple(consts[name] for name in names if name in consts)
         self.compiled, self.device = compiled, device
         self._stream = self._knobs = None  # triton's current-stream getter and runtime knobs
         self.launch = self._first if compiled is not None else self._via_run
