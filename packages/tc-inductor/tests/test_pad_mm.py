@@ -85,10 +85,9 @@ def test_mm_chain_with_pointwise_producers_and_consumers(backend):
     g.output((out, g.call(aten.sum.dim_IntList, m, [1])))
     compiled = _check(g, inputs, {**PAD, "backend": backend})
     strides = _allocated_strides(compiled.source)
-    assert ((48, 37), (40, 1)) in strides  # relu(x) * 2, stored for mm with aligned rows
-    assert ((48, 1001), (1008, 1)) in strides  # addmm's result and gelu's output
-    assert "out=extern" in compiled.source
-    assert compiled.source.count("out=") == 1  # the last mm is an output: functional call
+    assert ((48, 40), (40, 1)) in strides  # relu(x) * 2 with K padded to 40, stored for addmm
+    assert ((48, 1008), (1008, 1)) in strides  # addmm's result over N padded to 1008
+    assert ((1008, 264), (264, 1)) in strides  # gelu's output padded to [1008, 264] for the last mm
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -100,9 +99,8 @@ def test_bmm_and_baddbmm(backend):
     g.output(g.call(aten.baddbmm.default, ci, s, zi))
     compiled = _check(g, [x, y, z, c], {**PAD, "backend": backend})
     strides = _allocated_strides(compiled.source)
-    assert ((3, 20, 37), (800, 40, 1)) in strides
-    assert ((3, 20, 257), (5200, 260, 1)) in strides
-    assert compiled.source.count("out=") == 1
+    assert ((3, 20, 40), (800, 40, 1)) in strides  # neg(x), K padded
+    assert ((3, 20, 260), (5200, 260, 1)) in strides  # bmm over N padded
 
 
 def test_graph_output_and_its_views_keep_eager_strides():
@@ -121,6 +119,38 @@ def _contiguous(shape):
     return tuple(int(torch.empty(shape).stride()[d]) for d in range(len(shape)))
 
 
+def test_gemm_dims_are_padded_and_sliced_back():
+    """An LM head: [16, 37] @ [37, 1001]^T as a graph output. M stays (16 is aligned), K and N are
+    zero-padded (the weight through its transpose: one pad of the base), the product sliced back
+    and, being an output, copied into eager's contiguous layout."""
+    from tc_inductor.padding import pad_gemm_dims
+
+    x, w = torch.randn(16, 37), torch.randn(1001, 37)
+    g, (xi, wi) = _graph([x, w])
+    logits = g.call(aten.mm.default, g.call(aten.tanh.default, xi), g.call(aten.t.default, wi))
+    g.output(g.call(aten.view.default, logits, [4, 4, 1001]))
+    assert pad_gemm_dims(g, "never") is g and pad_gemm_dims(g, "auto") is g  # auto: CUDA only
+    padded = pad_gemm_dims(g, "always")
+    targets = [n.target for n in padded.calls]
+    # x padded along K, w along K and N (two pads of one tensor: one kernel after lowering)
+    assert targets.count(aten.constant_pad_nd.default) == 3 and aten.clone.default in targets
+    mm = next(n for n in padded.calls if n.target is aten.mm.default)
+    assert tuple(mm.spec.shape) == (16, 1004) and tuple(mm.args[1].spec.shape) == (40, 1004)
+    assert mm.args[1].target is aten.t.default  # the pad is of the weight, not of its transpose
+    for backend in BACKENDS:
+        _check(g, [x, w], {**PAD, "backend": backend})
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bias_of_addmm_and_baddbmm_is_padded_with_the_product(backend):
+    a, b, bias = torch.randn(20, 37), torch.randn(37, 33), torch.randn(20, 33)
+    x, y, c = torch.randn(2, 18, 13), torch.randn(2, 13, 21), torch.randn(1, 18, 21)
+    g, (ai, bi, biasi, xi, yi, ci) = _graph([a, b, bias, x, y, c])
+    g.output((g.call(aten.addmm.default, biasi, ai, bi, kwargs={"beta": 0.5, "alpha": 2.0}),
+              g.call(aten.baddbmm.default, ci, xi, yi)))
+    _check(g, [a, b, bias, x, y, c], {**PAD, "backend": backend})
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_misaligned_input_is_copied_once_for_two_matmuls(backend):
     # the backward of a vocabulary projection: grad_h = g @ W, grad_W = g^T @ h
@@ -130,8 +160,8 @@ def test_misaligned_input_is_copied_once_for_two_matmuls(backend):
     grad_w = g.call(aten.mm.default, g.call(aten.t.default, gi), hi)
     g.output((grad_h, grad_w, g.call(aten.sum.dim_IntList, gi, [0])))  # a kernel reads it too
     compiled = _check(g, [grad, w, h], {**PAD, "backend": backend})
-    padded = [s for s in _allocated_strides(compiled.source) if s == ((24, 1001), (1004, 1))]
-    assert len(padded) == 1, compiled.source
+    padded = [s for s in _allocated_strides(compiled.source) if s == ((24, 1004), (1004, 1))]
+    assert len(padded) == 1, compiled.source  # grad padded once, read by both GEMMs
 
 
 def test_never_and_auto_on_cpu_change_nothing():
@@ -179,7 +209,7 @@ def test_gradients_through_tc_autograd():
     torch.testing.assert_close(xv.grad, xe.grad, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(wv.grad, we.grad, atol=1e-4, rtol=1e-4)
     backward = compiled[-1].source
-    assert "(24, 1001), (1004, 1)" in backward, backward  # grad_logits, stored for two matmuls
+    assert "(24, 1004), (1004, 1)" in backward, backward  # grad_logits padded once, for two matmuls
 
 
 # ---- on the GPU: the GPT-2 backward's vocabulary GEMMs ----------------------------------------------
@@ -220,6 +250,18 @@ def test_vocab_gemm_padding_on_cuda():
         times[how] = _time(lambda c=compiled: c(x, w))
     torch.testing.assert_close(results["auto"], results["never"], atol=0.5, rtol=2e-2)
     print(f"mm -> tanh -> mm through [4096, 50257]: unpadded {times['never']:.3f} ms, padded {times['auto']:.3f} ms")
+
+    # GPT-2's LM head in inference: the logits are the graph's output (eager's contiguous layout)
+    g3, (xi, wi3) = _graph([x, w])
+    g3.output(g3.call(aten.mm.default, xi, g3.call(aten.t.default, wi3)))
+    for how in ("never", "auto"):
+        compiled = tc_inductor.compile(g3, [x, w], {"cache": False, "pad_mm_operands": how})
+        results[how] = compiled(x, w)
+        times[how] = _time(lambda c=compiled: c(x, w))
+    assert results["auto"].stride() == (50257, 1)
+    torch.testing.assert_close(results["auto"], x @ w.t(), atol=0.5, rtol=2e-2)
+    print(f"LM head [4096, 768] @ [768, 50257] as output: unpadded {times['never']:.3f} ms, "
+          f"padded (+ copy out) {times['auto']:.3f} ms, eager {_time(lambda: x @ w.t()):.3f} ms")
 
 
 def _time(fn, repeat: int = 20) -> float:

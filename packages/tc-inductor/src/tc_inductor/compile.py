@@ -19,7 +19,7 @@ import torch
 
 import tc_ir
 
-from . import combo, inplace, kir
+from . import combo, inplace, kir, padding
 from .codegen import choose_backend, triton_mm
 from .codegen.build import COUNTERS, cache_dir, verified_read, verified_write
 from .config import VERSION, Options
@@ -106,7 +106,7 @@ def compile(graph: tc_ir.Graph, example_inputs: list, options: dict | Options | 
     record = _cache_get(key, opts) if key and opts.cache else None
     if record is None:
         with timer("lower"):
-            lowering = GraphLowering(rewrite(graph), list(example_inputs), opts,
+            lowering = GraphLowering(padding.pad_gemm_dims(rewrite(graph), padding.mode(opts)), list(example_inputs), opts,
                                      lambda sub, inputs: compile(sub, inputs, opts))
             lowered = lowering.run()
         with timer("schedule"):

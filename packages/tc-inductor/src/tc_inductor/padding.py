@@ -1,4 +1,5 @@
-"""Padded row strides for matmul operands and results (option ``pad_mm_operands``).
+"""Aligned GEMMs (option ``pad_mm_operands``): padded dims (``pad_gemm_dims``, at the end of this
+module, run before lowering), then padded row strides for what is still unaligned.
 
 cuBLAS runs its fast GEMM kernels only when every matrix's leading dimension is a multiple of
 16 bytes. A bf16 matrix of 50257 columns (GPT-2's vocabulary) has rows of 100514 bytes, so each
@@ -26,7 +27,7 @@ from typing import Any
 import torch
 
 import tc_ir
-from tc_ir import Node
+from tc_ir import Node, TensorSpec
 
 from .ir import is_dense
 
@@ -142,3 +143,110 @@ def _mutated(node: Node) -> bool:
         if user.op == "call" and is_view(user.target):
             users += list(user.users)
     return False
+
+
+# ---- padded GEMM dims ---------------------------------------------------------------------------
+# A padded row stride is not always enough: with torch 2.11's cuBLAS on an H100, a bf16 GEMM whose
+# M, N or K is not a multiple of 8 runs an unaligned kernel whatever its leading dims (GPT-2's
+# [4096, 768] @ [768, 50257]: 3.3 ms; with N padded to 50264: 0.5 ms). So before lowering, each
+# large GEMM gets operands padded to aligned dims (zeros: a padded K adds 0 to every sum) and its
+# result is sliced back: one pad kernel per operand (fused into its producer when computed, e.g. the
+# autocast cast of a weight) and, for a result that reaches a graph output, one copy into eager's
+# contiguous layout.
+
+_TRANSPOSES = {aten.t.default, aten.transpose.int, aten.permute.default}
+_PADDED_GEMMS = (aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default)
+
+
+def pad_gemm_dims(graph: tc_ir.Graph, how: str) -> tc_ir.Graph:
+    """``graph`` with every large GEMM (``mm``, ``addmm``, ``bmm``, ``baddbmm``) of unaligned M, N or K
+    computed on padded operands and sliced back (see above); unchanged under "never"."""
+    if how == "never" or not any(_gemm_pads(n, how) for n in graph.calls):
+        return graph
+    graph = graph.copy()
+    outputs = escaping([v for v in tc_ir.leaves(graph.outputs) if isinstance(v, Node)])
+    memo: dict = {}
+    for node in list(graph.calls):
+        pads = _gemm_pads(node, how)
+        if not pads:
+            continue
+        with graph.inserting_before(node):
+            new = _padded_gemm(graph, node, *pads, memo)
+            if node in outputs or _mutated(node):  # outputs keep eager's (contiguous) layout
+                new = graph.call(aten.clone.default, new, kwargs={"memory_format": torch.contiguous_format})
+        node.replace_all_uses_with(new)
+        graph.replace_output(node, new)
+        graph.erase(node)
+    return graph
+
+
+def _gemm_pads(node: Node, how: str) -> tuple | None:
+    """((M, K, N), (M, K, N) padded) of a GEMM worth padding, else None."""
+    if node.op != "call" or node.target not in _PADDED_GEMMS:
+        return None
+    a, b = (node.args[i] for i in GEMM_OPERANDS[node.target])
+    specs = [getattr(v, "spec", None) for v in (a, b, node)]
+    if not all(isinstance(s, TensorSpec) and _static(s.shape) for s in specs):
+        return None
+    out = specs[2]
+    if out.dtype.itemsize not in (2, 4) or any(s.dtype != out.dtype for s in specs[:2]):
+        return None
+    if how == "auto" and (torch.device(out.device).type != "cuda" or max(
+            math.prod(s.shape) * out.dtype.itemsize for s in specs) < MIN_BYTES):
+        return None
+    m, k, n = specs[0].shape[-2], specs[0].shape[-1], specs[1].shape[-1]
+    per_row = ALIGN_BYTES // out.dtype.itemsize
+    padded = tuple(-(-d // per_row) * per_row if d >= MIN_ROW_ELEMENTS or how == "always" else d for d in (m, k, n))
+    return ((m, k, n), padded) if padded != (m, k, n) and min(m, k, n) > 0 else None
+
+
+def _padded_gemm(graph: tc_ir.Graph, node: Node, dims: tuple, padded: tuple, memo: dict) -> Node:
+    (m, _, n), (mp, kp, np_) = dims, padded
+    i, j = GEMM_OPERANDS[node.target]
+    args = list(node.args)
+    args[i] = _pad_dim(graph, _pad_dim(graph, args[i], -2, mp, memo), -1, kp, memo)
+    args[j] = _pad_dim(graph, _pad_dim(graph, args[j], -2, kp, memo), -1, np_, memo)
+    if i == 1 and isinstance(args[0], Node):  # addmm/baddbmm: the bias broadcasts to [..., M, N]
+        bias_shape = tuple(args[0].spec.shape)
+        if bias_shape and bias_shape[-1] == n:
+            args[0] = _pad_dim(graph, args[0], -1, np_, memo)
+        if len(bias_shape) >= 2 and bias_shape[-2] == m:
+            args[0] = _pad_dim(graph, args[0], -2, mp, memo)
+    result = graph.call(node.target, *args, kwargs=dict(node.kwargs))
+    rank = len(node.spec.shape)
+    if mp != m:
+        result = graph.call(aten.slice.Tensor, result, rank - 2, 0, m)
+    if np_ != n:
+        result = graph.call(aten.slice.Tensor, result, rank - 1, 0, n)
+    return result
+
+
+def _pad_dim(graph: tc_ir.Graph, value: Node, dim: int, size: int, memo: dict) -> Node:
+    """``value`` zero-padded to ``size`` along ``dim`` (shared by every GEMM that needs it). A
+    transposed view is padded at its base, so a matrix and its transpose share one padded copy
+    (the backward's ``grad_logits @ W`` and ``grad_logits.t() @ h``)."""
+    shape = tuple(value.spec.shape)
+    dim %= len(shape)
+    if shape[dim] == size:
+        return value
+    key = (value, dim, size)
+    if key not in memo:
+        if value.op == "call" and value.target in _TRANSPOSES and isinstance(value.args[0], Node):
+            base_dim = _transposed_dim(value, dim)
+            base = _pad_dim(graph, value.args[0], base_dim, size, memo)
+            memo[key] = graph.call(value.target, base, *value.args[1:])
+        else:
+            pad = [0, 0] * (len(shape) - 1 - dim) + [0, size - shape[dim]]
+            memo[key] = graph.call(aten.constant_pad_nd.default, value, pad, 0.0)
+    return memo[key]
+
+
+def _transposed_dim(view: Node, dim: int) -> int:
+    """The dim of the base that dim ``dim`` of a ``t``/``transpose``/``permute`` view reads."""
+    rank = len(view.spec.shape)
+    if view.target is aten.t.default:
+        return rank - 1 - dim if rank == 2 else dim
+    if view.target is aten.transpose.int:
+        d0, d1 = (d % rank for d in view.args[1:3])
+        return d1 if dim == d0 else d0 if dim == d1 else dim
+    return view.args[1][dim] % rank
