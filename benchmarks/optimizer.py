@@ -8,6 +8,7 @@ foreach's after as many steps (same tolerance as the test suite's).
 
     python benchmarks/optimizer.py                     # CUDA: GPT-2 small's 148 tensors, 124M values
     python benchmarks/optimizer.py --opts adamw --steps 50
+    python benchmarks/optimizer.py --opts all --steps 5  # every variant: Adam, amsgrad, maximize, lr tensor...
 """
 
 from __future__ import annotations
@@ -22,7 +23,18 @@ import time
 import torch
 
 VARIANTS = ("eager-foreach", "eager-fused", "torch.compile", "tc")
-OPTS = ("adamw", "sgd")
+OPTS = ("adamw", "sgd")  # timed by default; --opts all: every variant of OPTIMIZERS (each checked against eager)
+OPTIMIZERS = {  # name -> (class, keyword arguments); "lr_tensor": lr given as a 0-dim tensor
+    "adamw": ("AdamW", {"lr": 1e-3, "weight_decay": 0.01}),
+    "adam": ("Adam", {"lr": 1e-3}),
+    "adam_amsgrad_wd": ("Adam", {"lr": 1e-3, "amsgrad": True, "weight_decay": 0.1}),
+    "adamw_maximize": ("AdamW", {"lr": 1e-3, "maximize": True}),
+    "adamw_lr_tensor": ("AdamW", {"lr_tensor": 1e-3, "weight_decay": 0.01}),
+    "sgd": ("SGD", {"lr": 1e-2, "momentum": 0.9}),
+    "sgd_plain": ("SGD", {"lr": 1e-2}),
+    "sgd_nesterov_wd": ("SGD", {"lr": 1e-2, "momentum": 0.9, "nesterov": True, "weight_decay": 0.01}),
+    "sgd_maximize_lr_tensor": ("SGD", {"lr_tensor": 1e-2, "momentum": 0.9, "maximize": True}),
+}
 
 
 def _shapes(small: bool) -> list[tuple[int, ...]]:
@@ -46,9 +58,11 @@ def _state(device: str) -> list[torch.nn.Parameter]:
 
 def _optimizer(name: str, params: list, variant: str) -> torch.optim.Optimizer:
     kind = {"fused": True} if variant == "eager-fused" else {"foreach": True}
-    if name == "adamw":
-        return torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01, **kind)
-    return torch.optim.SGD(params, lr=1e-2, momentum=0.9, **kind)
+    cls, kwargs = OPTIMIZERS[name]
+    kwargs = dict(kwargs)
+    if "lr_tensor" in kwargs:
+        kwargs["lr"] = torch.tensor(kwargs.pop("lr_tensor"))
+    return getattr(torch.optim, cls)(params, **kwargs, **kind)
 
 
 def _sync(device: str) -> None:
@@ -87,7 +101,7 @@ def run_cell(opt_name: str, variant: str, steps: int, device: str, profile: bool
     ref_opt = _optimizer(opt_name, reference, "eager-foreach")
     for _ in range(4 + steps):
         ref_opt.step()
-    worst = max(float((p - r).abs().max()) for p, r in zip(params, reference))
+    worst = max(float((p - r).detach().abs().max()) for p, r in zip(params, reference))
     ok = all(torch.allclose(p, r, rtol=1e-4, atol=1e-5) for p, r in zip(params, reference))
     return {"opt": opt_name, "variant": variant, "ms": per_step * 1e3, "first_s": first, "ok": ok, "worst": worst}
 
@@ -108,7 +122,8 @@ def main() -> int:
     print(f"device: {torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}; "
           f"{len(_shapes(device == 'cpu'))} tensors, {sum(torch.Size(s).numel() for s in _shapes(device == 'cpu')):,} values")
     rows = []
-    for opt_name in args.opts.split(","):
+    opts = list(OPTIMIZERS) if args.opts == "all" else args.opts.split(",")
+    for opt_name in opts:
         for variant in args.variants.split(","):
             done = subprocess.run([sys.executable, __file__, "--cell", f"{opt_name},{variant}", "--steps", str(args.steps)]
                                   + ["--profile"] * args.profile,
@@ -122,7 +137,7 @@ def main() -> int:
             rows.append(json.loads(lines[-1]))
             print(lines[-1], flush=True)  # each cell as it ends: a run cut short still reports
     print(f"\n{'optimizer':9} {'variant':14} {'ms/step':>8} {'steps/s':>8} {'vs foreach':>10} {'first s':>8} {'matches':>8}")
-    for opt_name in args.opts.split(","):
+    for opt_name in opts:
         base = next((r["ms"] for r in rows if r["opt"] == opt_name and r["variant"] == "eager-foreach"), None)
         for r in (r for r in rows if r["opt"] == opt_name):
             ratio = f"{base / r['ms']:.2f}x" if base else "-"
