@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from .cudagraphs import AliasOutputs, CloneOutputs, CudaGraphed, PoolLedger, map_tensors
+from .cudagraphs.liveness import LiveLedger, LiveOutputs
 from .cudagraphs.outputs import tensors_in
 
 
@@ -102,3 +103,28 @@ class _NoSyncs:
 
     def __exit__(self, *exc):
         return None
+
+
+class FakeCudagraphs:
+    """A stand-in for :func:`tc_runtime.cudagraphify` on the CPU: same signature, a
+    :class:`FakeRecorder` per callable and one liveness ledger for all of them (the shared pool of
+    ``output_mode="auto"``), so a caller's training path (forward, backward and optimizer graphs)
+    runs as it would on a GPU. ``made`` lists the :class:`CudaGraphed` objects, in creation order.
+
+    >>> monkeypatch.setattr(tc_runtime, "cudagraphify", FakeCudagraphs())
+    """
+
+    def __init__(self, max_graphs: int = 8, max_rerecords: int = 2):
+        self.ledger = LiveLedger()
+        self.made: list[CudaGraphed] = []
+        self.max_graphs, self.max_rerecords = max_graphs, max_rerecords
+
+    def __call__(self, fn, example_inputs, static_input_indices=(), *, max_graphs=None, pool=None,
+                 output_mode=None) -> CudaGraphed:
+        if output_mode not in (None, "auto"):
+            raise ValueError(f"FakeCudagraphs models output_mode='auto' only, not {output_mode!r}")
+        self.made.append(CudaGraphed(fn, static_input_indices, recorder=FakeRecorder(),
+                                     outputs=LiveOutputs(self.ledger),
+                                     max_graphs=self.max_graphs if max_graphs is None else max_graphs,
+                                     max_rerecords=self.max_rerecords))
+        return self.made[-1]

@@ -113,19 +113,23 @@ def eager(graph: tc_ir.Graph, example_inputs: Sequence[Any], options: Options | 
 
 @_builtin("aot_eager")
 def aot_eager(graph: tc_ir.Graph, example_inputs: Sequence[Any], options: Options | None = None) -> Callable:
-    return _aot(graph, example_inputs, interpreter, decompositions=None)
+    return _aot(graph, example_inputs, lambda lifted: interpreter, decompositions=None)
 
 
 @_builtin("inductor")
 def inductor(graph: tc_ir.Graph, example_inputs: Sequence[Any], options: Options | None = None) -> Callable:
-    compiler = _kernel_compiler(options or Options())
-    return _aot(graph, example_inputs, compiler, decompositions=tc_inductor.decompositions())
+    def compiler_for(lifted: tc_ir.Graph) -> Callable:
+        return _kernel_compiler(options or Options(), static_input_names(lifted))
+
+    return _aot(graph, example_inputs, compiler_for, decompositions=tc_inductor.decompositions())
 
 
-def _aot(graph: tc_ir.Graph, example_inputs: Sequence[Any], compiler: Callable, decompositions: Any) -> Callable:
+def _aot(graph: tc_ir.Graph, example_inputs: Sequence[Any], compiler_for: Callable[[tc_ir.Graph], Callable],
+         decompositions: Any) -> Callable:
     # Tensors the graph holds (export, FX get_attr) become inputs, so autograd treats them like
     # any parameter: traced symbolically, and differentiated when they require grad.
     lifted, held = tc_ir.lift_held(graph)
+    compiler = compiler_for(lifted)
     # The trace cache shares the artifact store: a warm process reads its ATen graphs back.
     compiled = tc_autograd.aot(lifted, [*example_inputs, *held], fw_compiler=compiler, bw_compiler=compiler,
                                decompositions=decompositions, cache=artifact_cache())
@@ -145,7 +149,21 @@ def artifact_cache() -> tc_runtime.ArtifactCache:
 SYMBOLIC_KERNELS = True
 
 
-def _kernel_compiler(options: Options) -> Callable:
+def static_input_names(graph: tc_ir.Graph) -> frozenset[str]:
+    """Names of ``graph``'s inputs that keep their memory between calls (``meta["static"]``: tensors
+    lifted from the graph, an optimizer's parameters and state marked by capture). tc_autograd's
+    ATen graphs name their primal inputs after the captured graph's, which is how the mark reaches
+    the graphs the kernel compiler sees (their nodes do not carry capture's meta)."""
+    return frozenset(n.name for n in graph.inputs if n.meta.get("static"))
+
+
+def runs_on_cuda(example_inputs: Sequence[Any]) -> bool:
+    """Whether a compiled graph with these inputs is replayed as CUDA graphs (under
+    ``options.cudagraphs``); CPU tests of the CUDA-graph path replace it."""
+    return any(isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs)
+
+
+def _kernel_compiler(options: Options, static_names: frozenset[str] = frozenset()) -> Callable:
     def compile_kernels(graph: tc_ir.Graph, example_inputs: Sequence[Any]) -> Callable:
         inductor_options = {"artifact_store": artifact_cache(), **options.inductor}
         symbolic_kernels = bool(inductor_options.pop("symbolic_kernels", SYMBOLIC_KERNELS))
@@ -158,13 +176,14 @@ def _kernel_compiler(options: Options) -> Callable:
         except tc_inductor.SymbolicUnsupported as e:
             log.debug("symbolic kernels declined (%s): one static compile per shape", e)
             compiled = per_shape()
-        on_gpu = any(isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs)
-        if not (options.cudagraphs and on_gpu):
+        if not (options.cudagraphs and runs_on_cuda(example_inputs)):
             return compiled
-        # Parameters (and the tensors lifted from the graph) keep their storage between calls.
-        # A symbolic graph gets one CUDA graph per concrete shape, all in one pool (tc_runtime).
+        # Parameters, the tensors lifted from the graph and an optimizer's parameters and state
+        # keep their storage between calls: read and written in place, never copied. Gradients are
+        # not static: the runtime reads them in place when a graph of its pool (the backward) made
+        # them. A symbolic graph gets one CUDA graph per concrete shape, all in one pool (tc_runtime).
         static = [i for i, (t, node) in enumerate(zip(example_inputs, graph.inputs))
-                  if isinstance(t, torch.nn.Parameter) or node.meta.get("static")]
+                  if isinstance(t, torch.nn.Parameter) or node.meta.get("static") or node.name in static_names]
         return tc_runtime.cudagraphify(compiled, example_inputs, static_input_indices=static)
 
     return compile_kernels

@@ -12,6 +12,7 @@ import tc_ir
 
 from ..cache import sources as S
 from ..cache.guards import GuardSet, is_constant_tuple
+from . import optimizers
 from .base import NULL, Unsupported
 from .symbols import DynamicPolicy, Sizes, dense_order
 from .variables import NULL_V, BoundV, Const, DictV, ExitV, IterV, ListV, TensorV, TupleV, V, ViewV
@@ -90,6 +91,7 @@ class Session:
         self.global_writes: dict = {}
         self.attr_writes: dict = {}
         self.autocast_stack: list = []
+        self.optimizer_sources: set[str] = set()  # sources of optimizers read: their tensors are static
 
     # ---- reading values from sources ---------------------------------------------------------
     def wrap(self, value: Any, source: S.Source) -> V:
@@ -166,6 +168,9 @@ class Session:
                 and not hasattr(value, "__dict__"):
             g.identity(source, value)
             return Const(value, source)
+        if isinstance(value, torch.optim.Optimizer):
+            optimizers.prepare(value)
+            self.optimizer_sources.add(source.expr)
         g.type_is(source, value)  # modules and user objects: attributes are guarded as they are read
         return Const(value, source)
 
@@ -232,6 +237,8 @@ class Session:
         node = self.graph.input(source.name, spec)
         node.meta["source"] = source.expr
         node.meta["type"] = type(value)
+        if optimizers.is_static(source, self.optimizer_sources):
+            node.meta["static"] = True  # an optimizer's parameter or state: same memory every step
         self.inputs.append((node, source, value))
         self.real_inputs[id(node)] = value
         return TensorV(node, fake, source)
