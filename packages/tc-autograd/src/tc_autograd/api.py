@@ -83,29 +83,31 @@ class Compiled:
     With a store in ``options["cache"]``, the graphs come from the trace cache when an entry
     fits (see :mod:`tc_autograd.cache`), and a fresh trace is stored there.
 
-    A graph with size symbols is traced symbolically (never cached): ``guards`` are the size
-    relations the trace relied on (sympy, over the graph's symbols) and ``guard(inputs)`` checks
-    them; ``guard`` is None for a static graph. ``other`` is the next trace of the same variant,
-    made for sizes this one's guards refused.
+    A graph with size symbols is traced symbolically: ``guards`` are the size relations the
+    trace relied on (sympy, over the graph's symbols) and ``guard(inputs)`` checks them; ``guard``
+    is None for a static graph. ``other`` is the next trace of the same variant, made for sizes
+    this one's guards refused. A symbolic trace is cached with its guards, and read back only
+    for inputs they admit.
     """
 
     def __init__(self, graph: tc_ir.Graph, inputs: Sequence[Any], key: Any, options: dict):
         self.key = key
         self.other: Compiled | None = None
         symbolic = bool(sym_sizes.graph_symbols(graph))
-        store = None if symbolic else options.get("cache")
-        cache_key = trace_cache.trace_key(graph, inputs, key, options) if store is not None else None
-        hit = _cache_get(store, cache_key, len(inputs)) if cache_key else None
+        places = sym_sizes.binding_places(graph) if symbolic else {}
+        admits = (lambda guards: sym_sizes.guard_function(guards, places)(inputs)) if symbolic else None
+        hit, slot = _cache_find(options.get("cache"), graph, inputs, key, options, admits)
         if hit is None:
             traced, graphs, num_saved = _trace(graph, inputs, key, options)
-            if cache_key:
-                _cache_put(store, cache_key, traced, graphs, num_saved)
+            if slot:
+                _cache_put(options["cache"], slot, traced, graphs, num_saved, symbolic)
         else:
             traced, graphs, num_saved = hit
         self.traced, self._joint = traced, graphs.get("joint")
         self.guards: list = list(traced.guards)
-        self.guard = sym_sizes.guard_function(self.guards, sym_sizes.binding_places(graph)) if symbolic else None
-        hints = traced.graph.meta.get("size_hints") if symbolic else None
+        self.guard = sym_sizes.guard_function(self.guards, places) if symbolic else None
+        # the sizes of this call (a trace's hints, or a cached trace's new sizes): backward examples
+        hints = tc_ir.bind_sizes(graph, inputs) if symbolic else None
         self.partition: Partition | None = None
         if traced.is_joint:
             forward, backward = graphs["forward"], graphs["backward"]
@@ -162,17 +164,28 @@ def _trace(graph: tc_ir.Graph, inputs: Sequence[Any], key: Any, options: dict) -
     return traced, graphs, len(part.saved)
 
 
-def _cache_get(store: Any, key: str, num_inputs: int) -> tuple[Traced, dict, int] | None:
-    data = store.get(trace_cache.KIND, key)
-    if data is None:
-        return None
-    hit = trace_cache.load(data, num_inputs)
-    log.debug("trace cache %s for %s", "hit" if hit else "damaged entry", key)
-    return hit
+def _cache_find(store: Any, graph: tc_ir.Graph, inputs: Sequence[Any], key: Any, options: dict,
+                admits: Callable | None) -> tuple[tuple[Traced, dict, int] | None, str | None]:
+    """``(hit, None)``, or ``(None, slot)``: no entry fits, trace and store under ``slot`` (None:
+    not cacheable, or every slot holds a trace for other sizes). A symbolic graph's slots are
+    read in order; one whose guards refuse the inputs' sizes is skipped, as in-process traces are."""
+    cache_key = trace_cache.trace_key(graph, inputs, key, options) if store is not None else None
+    if cache_key is None:
+        return None, None
+    for slot in trace_cache.slots(cache_key, admits is not None, MAX_SIZE_TRACES):
+        data = store.get(trace_cache.KIND, slot)
+        hit = trace_cache.load(data, len(inputs), admits) if data is not None else None
+        if hit is None:
+            log.debug("trace cache %s for %s", "miss" if data is None else "damaged entry", slot)
+            return None, slot
+        if hit is not False:
+            log.debug("trace cache hit for %s", slot)
+            return hit, None
+    return None, None
 
 
-def _cache_put(store: Any, key: str, traced: Traced, graphs: dict, num_saved: int) -> None:
-    data = trace_cache.dump(traced, graphs, num_saved)
+def _cache_put(store: Any, key: str, traced: Traced, graphs: dict, num_saved: int, symbolic: bool) -> None:
+    data = trace_cache.dump(traced, graphs, num_saved, symbolic)
     if data is not None:
         store.put(trace_cache.KIND, key, data)
 
