@@ -16,6 +16,11 @@ bar chart of speedups beside it.
     python benchmarks/models.py                      # every cell (CPU: small sizes)
     python benchmarks/models.py --models gpt2 --tasks infer --variants eager,tc
     python benchmarks/models.py --models bert --shapes bert=32x512   # batch x sequence
+    python benchmarks/models.py --tasks train --variants eager,torch.compile-ro,tc-ro --compile-optimizer
+
+``--compile-optimizer``: training cells compile ``opt.step`` too, with the variant's compiler and
+mode (``torch.compile(opt.step, mode=...)`` / ``tc.compile(opt.step, mode=...)``; eager's stays
+eager), so that under ``-ro`` the whole step (forward, backward, AdamW) can be CUDA graphs.
 """
 
 from __future__ import annotations
@@ -138,6 +143,10 @@ class Timer:
         return times
 
 
+# --compile-optimizer (set in the cell's process): training steps compile opt.step like the model
+COMPILE_OPTIMIZER = False
+
+
 def _wrap(variant: str, model: torch.nn.Module) -> Callable:
     mode = "reduce-overhead" if variant.endswith("-ro") else None
     if variant.startswith("torch.compile"):
@@ -152,7 +161,9 @@ def _wrap(variant: str, model: torch.nn.Module) -> Callable:
     return model
 
 
-def _step_fn(task: str, fn: Callable, model: torch.nn.Module, inputs: tuple, device: str) -> tuple[Callable, Any]:
+def _step_fn(task: str, fn: Callable, model: torch.nn.Module, inputs: tuple, device: str,
+             optimizer_variant: str | None = None) -> tuple[Callable, Any]:
+    """The step of ``task``; with ``optimizer_variant``, AdamW's ``step`` compiled as that variant."""
     autocast = lambda: torch.autocast(device, dtype=torch.bfloat16)  # noqa: E731
     if task == "infer":
         def infer():
@@ -160,16 +171,27 @@ def _step_fn(task: str, fn: Callable, model: torch.nn.Module, inputs: tuple, dev
                 return fn(*inputs)
         return infer, None
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+    # compiled after the model: no torch._dynamo.reset() here, which would drop the model's code
+    opt_step = opt.step if optimizer_variant in (None, "eager") else _compile_step(optimizer_variant, opt)
 
     def train():
         with autocast():
             out = fn(*inputs)
             loss = out.float().pow(2).mean()
         loss.backward()
-        opt.step()
+        opt_step()
         opt.zero_grad(set_to_none=True)
         return loss.detach()
     return train, opt
+
+
+def _compile_step(variant: str, opt: torch.optim.Optimizer) -> Callable:
+    mode = "reduce-overhead" if variant.endswith("-ro") else None
+    if variant.startswith("torch.compile"):
+        return torch.compile(opt.step, mode=mode)
+    import tc  # only in the processes that measure tc
+
+    return tc.compile(opt.step, mode=mode)
 
 
 def run_cell(name: str, task: str, variant: str, base: torch.nn.Module, make_inputs: Callable,
@@ -184,7 +206,7 @@ def run_cell(name: str, task: str, variant: str, base: torch.nn.Module, make_inp
     inputs = make_inputs(device)
     timer = Timer(device)
     fn = _wrap(variant, model)
-    step, _ = _step_fn(task, fn, model, inputs, device)
+    step, _ = _step_fn(task, fn, model, inputs, device, variant if COMPILE_OPTIMIZER else None)
     _reset_peak(device)
     timer.sync()
     t0 = time.perf_counter()
@@ -197,6 +219,7 @@ def run_cell(name: str, task: str, variant: str, base: torch.nn.Module, make_inp
     _reset_peak(device)
     median = statistics.median(timer.time_steps(step, steps))
     row = {"model": name, "task": task, "variant": variant, "median_s": median, "first_call_s": first_call,
+           "compiled_optimizer": COMPILE_OPTIMIZER and task == "train" and variant != "eager",
            "peak_mem_gb": _peak(device), "peak_mem_first_gb": peak_first}
     if variant.startswith("tc"):
         row["warm_first_call_s"] = _warm_first_call(model, inputs, task, device, timer)
@@ -296,6 +319,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--shapes", default="", help="per model, e.g. bert=32x512,resnet50=64")
     parser.add_argument("--out", default=os.environ.get("OUT", "bench_out"))
+    parser.add_argument("--compile-optimizer", action="store_true",
+                        help="training: compile opt.step with the variant's compiler and mode")
     parser.add_argument("--cell", help=argparse.SUPPRESS)  # internal: run one cell in this process
     args = parser.parse_args()
     if args.cell:
@@ -322,7 +347,7 @@ def _spawn(name: str, task: str, variant: str, args: argparse.Namespace) -> dict
     with tempfile.TemporaryDirectory(prefix="cell-", dir=_CACHE_ROOT) as tmp:
         result = Path(tmp) / "cell.pt"
         cmd = [sys.executable, __file__, "--cell", f"{name},{task},{variant}", "--steps", str(args.steps),
-               "--shapes", args.shapes, "--out", str(result)]
+               "--shapes", args.shapes, "--out", str(result), *(["--compile-optimizer"] if args.compile_optimizer else [])]
         proc = subprocess.run(cmd, env=dict(os.environ), check=False)
         if proc.returncode != 0 or not result.exists():
             return {"row": {"model": name, "task": task, "variant": variant,
@@ -331,6 +356,8 @@ def _spawn(name: str, task: str, variant: str, args: argparse.Namespace) -> dict
 
 
 def _worker(args: argparse.Namespace) -> None:
+    global COMPILE_OPTIMIZER
+    COMPILE_OPTIMIZER = args.compile_optimizer
     name, task, variant = args.cell.split(",")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda":
@@ -374,7 +401,8 @@ def format_table(rows: list[dict], device: str) -> str:
         base = eager_mem.get((r["model"], r["task"]))
         ratio = r["peak_mem_gb"] / base if base and r.get("peak_mem_gb") is not None else None
         leak = "  (tc imported!)" if r.get("tc_imported") and not r["variant"].startswith("tc") else ""
-        lines.append(f"{r['model']:10} {r['task']:6} {r['variant']:14} {r['median_s'] * 1e3:9.2f} "
+        variant = r["variant"] + ("+opt" if r.get("compiled_optimizer") else "")
+        lines.append(f"{r['model']:10} {r['task']:6} {variant:14} {r['median_s'] * 1e3:9.2f} "
                      f"{fmt(r['speedup'], '8.2f')} {r['first_call_s']:10.1f} {fmt(r.get('warm_first_call_s'), '7.1f')} "
                      f"{fmt(r['peak_mem_gb'], '7.2f')} {fmt(ratio, '7.2f')} {fmt(r.get('peak_mem_first_gb'), '7.2f')}  "
                      f"{r['check']}{leak}")
