@@ -8,7 +8,6 @@ node runs as an extern call), which keeps a wrong lowering from giving a wrong a
 
 from __future__ import annotations
 
-import math
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -21,7 +20,7 @@ import tc_ir
 from tc_ir import Node, TensorSpec
 from tc_ir.spec import contiguous_strides
 
-from . import kir, layout, padding
+from . import kir, layout, padding, split_reduction
 from .cond import lower_cond
 from .decompositions import EXTERN_PREFERRED, corrected_spec, trace_decomposition
 from .ir import (
@@ -136,26 +135,29 @@ class GraphLowering:
         return window if isinstance(window, BufferValue) else value
 
     def reduction(self, shape, dtype, device, body, rranges, reduction_type, reduced_dims=()) -> BufferValue:
-        if self._cl and _split_pays(shape, rranges, reduction_type):
-            return self._split_reduction(shape, dtype, device, body, rranges, reduction_type, reduced_dims)
+        split = split_reduction.plan(shape, rranges, reduction_type)
+        if split is not None:
+            return self._split_reduction(shape, dtype, device, body, rranges, reduction_type, reduced_dims, split)
         buf = ComputedBuffer(self.new_name(), tuple(shape), contiguous_strides(shape), dtype, device, body,
                              tuple(rranges), reduction_type, tuple(reduced_dims))
         self._add_computed(buf)
         return buf.value()
 
-    def _split_reduction(self, shape, dtype, device, body, rranges, reduction_type, reduced_dims) -> BufferValue:
-        """A reduction over many rows into few outputs (batch-norm statistics: [C] over N*H*W) in
-        two kernels: partial results per index of the first reduced dim ([N, C], over H*W), then
-        those reduced ([C], over N). One program per few channels would loop over every row;
-        the first kernel has N times more programs. Partials are kept in the compute dtype."""
-        k, acc = rranges[0], kir.compute_dtype(dtype)
-        partial = ComputedBuffer(self.new_name(), (k, *shape), contiguous_strides((k, *shape)), acc, device,
-                                 lambda index, rindex: body(index[1:], (index[0], *rindex)),
-                                 tuple(rranges[1:]), reduction_type)
+    def _split_reduction(self, shape, dtype, device, body, rranges, reduction_type, reduced_dims,
+                         split: tuple[int, int]) -> BufferValue:
+        """A reduction over many rows into few outputs (batch-norm statistics: [C] over N*H*W)
+        in two kernels (split_reduction.py): partials ``[chunks, *shape]`` over runs of ``size``
+        rows, in the compute dtype, then those reduced over ``chunks``. Pointwise producers stay
+        inlined in the first kernel's body."""
+        chunks, size = split
+        pshape, acc = (chunks, *shape), kir.compute_dtype(dtype)
+        partial = ComputedBuffer(self.new_name(), pshape, contiguous_strides(pshape), acc, device,
+                                 split_reduction.partial_body(body, len(shape), rranges, size, reduction_type),
+                                 (size,), reduction_type)
         self._add_computed(partial)
         value = partial.value()
         buf = ComputedBuffer(self.new_name(), tuple(shape), contiguous_strides(shape), dtype, device,
-                             lambda index, rindex: value.load((rindex[0], *index)), (k,), reduction_type,
+                             lambda index, rindex: value.load((rindex[0], *index)), (chunks,), reduction_type,
                              tuple(reduced_dims))
         self._add_computed(buf)
         return buf.value()
@@ -445,20 +447,6 @@ def _dense(spec: TensorSpec) -> bool:
 
 def _stride_of(v: TensorValue) -> tuple:
     return v.stride if isinstance(v, BufferValue) else contiguous_strides(v.shape)
-
-
-# Split a reduction (see GraphLowering._split_reduction) when it has at most this many outputs
-# and at least this many rows, the first reduced dim being at least 2 and leaving >= 64 rows.
-SPLIT_MAX_OUTPUTS, SPLIT_MIN_ROWS = 4096, 8192
-
-
-def _split_pays(shape: tuple, rranges: tuple, reduction_type: str) -> bool:
-    if reduction_type not in ("sum", "max", "min") or len(rranges) < 2:
-        return False
-    if not all(isinstance(v, int) for v in (*shape, *rranges)):
-        return False
-    rows, rest = math.prod(rranges), math.prod(rranges[1:])
-    return math.prod(shape) <= SPLIT_MAX_OUTPUTS and rows >= SPLIT_MIN_ROWS and rranges[0] >= 2 and rest >= 64
 
 
 def _in_storage_order(name: str, value: TensorValue, stride: tuple) -> ComputedBuffer:

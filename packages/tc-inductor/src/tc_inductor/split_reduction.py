@@ -1,0 +1,154 @@
+"""Split reductions: a reduction of very many rows into few outputs in two kernels.
+
+Batch-norm statistics and their backward sum a [N, C, H, W] value over N*H*W rows into C
+outputs. One kernel gives each program a few outputs and every row, so C=64 outputs are a
+handful of programs looping over 200k rows while the GPU idles. Split, the first kernel reduces
+``chunks`` runs of ``size`` consecutive rows each into partials ``[chunks, *shape]`` (in the
+compute dtype), chunks * outputs of them; the second reduces the partials over ``chunks``.
+
+Rows are numbered by their flat position ``f`` in the reduced ranges (``rranges`` row-major), so
+any reduced dims split alike (one flat dim, NCHW or NHWC). Where every index the reduction reads
+steps through adjacent reduced dims as through one dim (NHWC: N, H and W of a channels-last
+value are one run of rows ``C`` apart), those dims get ``f`` itself, not its digits: the kernels
+compute ``f * C + c``, not three divisions and moduli per element.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import sympy
+import torch
+
+from . import kir
+from .kir import Ops, UOp
+
+# Split when the rows number at least SPLIT_MIN_ROWS and the first kernel gets at least
+# SPLIT_MIN_CHUNKS chunks: as many as make about SPLIT_TARGET_OUTPUTS partials (thousands of
+# programs of tens of outputs), each of at least SPLIT_MIN_CHUNK rows (a program's worth).
+SPLIT_MIN_ROWS = 8192
+SPLIT_TARGET_OUTPUTS = 32768
+SPLIT_MIN_CHUNK = 256
+SPLIT_MIN_CHUNKS = 4
+SPLITTABLE = ("sum", "prod", "max", "min", "any", "all")  # partials of these reduce alike
+
+
+def _static(v) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, sympy.Integer):
+        return int(v)
+    return None
+
+
+def plan(shape: tuple, rranges: tuple, reduction_type: str) -> tuple[int, int] | None:
+    """``(chunks, size)`` for a reduction worth splitting, else None: static sizes only (a
+    symbolic one is kept whole), no arg-reductions (their partials would need the indices)."""
+    if reduction_type not in SPLITTABLE:
+        return None
+    sizes = [_static(v) for v in (*shape, *rranges)]
+    if any(s is None for s in sizes):
+        return None
+    outputs, rows = math.prod(sizes[:len(shape)]), math.prod(sizes[len(shape):])
+    if outputs < 1 or rows < SPLIT_MIN_ROWS:
+        return None
+    most = min(-(-SPLIT_TARGET_OUTPUTS // outputs), rows // SPLIT_MIN_CHUNK)
+    if most < SPLIT_MIN_CHUNKS:
+        return None
+    # a divisor of the rows near the most chunks needs no mask for a ragged last chunk
+    for chunks in range(most, max(most // 2, SPLIT_MIN_CHUNKS) - 1, -1):
+        if rows % chunks == 0:
+            return chunks, rows // chunks
+    size = -(-rows // most)
+    return -(-rows // size), size
+
+
+def partial_body(body: Callable, nout: int, rranges: tuple, size: int, reduction_type: str) -> Callable:
+    """The body of the first kernel: element ``(k, *index)`` row ``j`` is ``body``'s ``index``
+    at flat row ``k * size + j`` (the identity of the reduction past the last row)."""
+    rranges = tuple(int(r) for r in rranges)
+    rows = math.prod(rranges)
+    runs = _runs(body, nout, rranges)
+    ragged = rows % size != 0
+
+    def split_body(index, rindex):
+        flat = index[0] * size + rindex[0]
+        value = body(tuple(index[1:]), _digits(flat, rranges, runs))
+        if not ragged:
+            return value
+        inside = kir.binary(Ops.LT, kir.index_value(flat), kir.const(rows, torch.int64))
+        return kir.masked(inside, value, identity(reduction_type, value.dtype))
+
+    return split_body
+
+
+def identity(reduction_type: str, dtype: torch.dtype) -> UOp:
+    """The value a reduction of ``reduction_type`` starts from (what a masked row adds)."""
+    if reduction_type in ("max", "min"):
+        if dtype == torch.bool:
+            return kir.const(reduction_type == "min", dtype)
+        if dtype.is_floating_point:
+            return kir.const(float("-inf") if reduction_type == "max" else float("inf"), dtype)
+        info = torch.iinfo(dtype)
+        return kir.const(info.min if reduction_type == "max" else info.max, dtype)
+    return kir.const({"sum": 0, "prod": 1, "any": 0, "all": 1}[reduction_type], dtype)
+
+
+def _digits(flat: sympy.Expr, rranges: tuple, runs: list) -> tuple:
+    """The reduced index of flat row ``flat``: per run of dims, its last dim gets the run's
+    digit, the others 0 (the reads were checked to step through the run as one dim)."""
+    rindex = [sympy.Integer(0)] * len(rranges)
+    for n, run in enumerate(runs):
+        last = run[-1]
+        digit = kir.FloorDiv(flat, math.prod(rranges[last + 1:]))
+        if n:  # the first run's digit is below its size without a modulus
+            digit = kir.ModIndex(digit, math.prod(rranges[d] for d in run))
+        rindex[last] = digit
+    return tuple(rindex)
+
+
+def _runs(body: Callable, nout: int, rranges: tuple) -> list[list[int]]:
+    """The reduced dims (not of size 1) in runs that every index ``body`` computes steps through
+    as one dim: adjacent dims a, b with stride(a) == stride(b) * size(b) in each of them."""
+    marks = tuple(sympy.Symbol(f"split_r{j}", integer=True, nonnegative=True) for j in range(len(rranges)))
+    dims = [j for j, r in enumerate(rranges) if r != 1]
+    joined = [True] * max(len(dims) - 1, 0)
+    for expr in _index_exprs(body(kir.xvars(nout), marks)):
+        if not expr.free_symbols & set(marks):
+            continue
+        coeffs = _linear_coeffs(expr, marks)
+        if coeffs is None:  # a view's division, an index used as a value...: digit by digit
+            return [[d] for d in dims]
+        for i, (a, b) in enumerate(zip(dims, dims[1:])):
+            joined[i] = joined[i] and coeffs[a] == coeffs[b] * rranges[b]
+    runs: list[list[int]] = []
+    for i, d in enumerate(dims):
+        if i and joined[i - 1]:
+            runs[-1].append(d)
+        else:
+            runs.append([d])
+    return runs
+
+
+def _index_exprs(value: UOp):
+    """Every index expression in ``value``'s tree (load addresses, index values, checks)."""
+    for u in value.toposort():
+        for a in u.arg if isinstance(u.arg, tuple) else (u.arg,):
+            if isinstance(a, sympy.Basic):
+                yield a
+
+
+def _linear_coeffs(expr: sympy.Expr, marks: tuple) -> list[int] | None:
+    """The integer coefficient of each mark in ``expr``, or None unless ``expr`` is linear in
+    them with integer coefficients."""
+    expr = sympy.expand(expr)
+    coeffs = [expr.coeff(m) for m in marks]
+    if not all(c.is_Integer for c in coeffs):
+        return None
+    rest = sympy.expand(expr - sum(c * m for c, m in zip(coeffs, marks)))
+    if rest.free_symbols & set(marks):
+        return None
+    return [int(c) for c in coeffs]
