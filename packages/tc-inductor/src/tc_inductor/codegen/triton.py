@@ -111,6 +111,8 @@ class TritonKernelWriter:
         self.int32 = fits_int32(kernel)
         self.base_mask: str | None = self.xmask
         self.bucket_args = False  # autotuned over symbolic sizes: the autotune key is the size bucket
+        self.rconst = interpret and not self.persistent  # see signature
+        self.sixteens = _sixteens(kernel, self.rconst)  # element counts passed divided by 16
 
     def index(self, expr: sympy.Expr, args: list) -> str:
         flat = self.flat_offset(expr)
@@ -123,8 +125,8 @@ class TritonKernelWriter:
 
     def flat_offset(self, expr: sympy.Expr) -> str | None:
         """``xindex + c`` when a pointwise kernel reads or writes ``expr`` contiguously (no div/mod)."""
-        k = self.kernel
-        if k.is_reduction or not k.xranges or _static_numel(k.xranges) is None:
+        k = self.kernel  # over symbolic sizes too: no int64 division and modulo per element
+        if k.is_reduction or not k.xranges:
             return None
         xs = kir.xvars(len(k.xranges))
         expr = sympy.sympify(expr).subs({x: 0 for x, n in zip(xs, k.xranges) if n == 1})
@@ -283,23 +285,44 @@ class TritonKernelWriter:
         args = [self.params[n] for n, _ in k.inputs] + [self.params[n] for n, _ in k.outputs] + list(k.sizes)
         # the interpreter turns an int argument into a one-element block, which a loop bound cannot
         # be: there a run-time row length is a constexpr (the interpreter compiles nothing)
-        rnumel = "rnumel: tl.constexpr" if self.interpret and not self.persistent else "rnumel"
-        args += ["xnumel"] + ([rnumel] if k.is_reduction else []) + list(self.seed_args.values())
+        rnumel = "rnumel: tl.constexpr" if self.rconst else "rnumel"
+        args += [self.int_param("xnumel")] + ([self.int_param(rnumel)] if k.is_reduction else [])
+        args += list(self.seed_args.values())
         args += ["xbucket", "rbucket"] if self.bucket_args else []
         args += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if k.is_reduction else [])
         return args
 
+    def int_param(self, name: str) -> str:
+        return f"{name}_16" if name in self.sixteens else name
+
+    def unspecialised(self) -> list[str]:
+        """The int parameters Triton must not specialise on their values: seed slots (a slot of 1
+        would be compiled in as a constant, and one kernel launched from every layer must not
+        assume any layer's slot) and, in a kernel over symbolic sizes, every size and element
+        count: one compile then serves every size (Triton would otherwise compile again for each
+        new combination of sizes equal to 1 or divisible by 16), and a kernel compiled ahead of
+        time for one size is right for all (``TritonLauncher`` launches it directly)."""
+        k = self.kernel
+        names = list(self.seed_args.values()) + list(k.sizes)
+        names += [self.int_param("xnumel")] if _static_numel(k.xranges) is None else []
+        if k.is_reduction and not self.rconst and _static_numel(k.rranges) is None:
+            names.append(self.int_param("rnumel"))
+        return names
+
     def decorator(self) -> str:
-        """``@triton.jit``; seed slots unspecialised: a slot of 1 would otherwise be compiled in as
-        a constant, and one kernel launched from every layer must not assume any layer's slot.
-        Kernels with checked indices compile with ``debug=True``: Triton drops ``device_assert``
-        otherwise (launched with ``sanitize_overflow=False``: ``launch_options``)."""
-        args = [f"do_not_specialize={list(self.seed_args.values())}"] if self.seed_args else []
+        """``@triton.jit``, with the ints of :meth:`unspecialised` unspecialised. Kernels with
+        checked indices compile with ``debug=True``: Triton drops ``device_assert`` otherwise
+        (launched with ``sanitize_overflow=False``: ``launch_options``)."""
+        names = self.unspecialised()
+        args = [f"do_not_specialize={names}"] if names else []
         args += ["debug=True"] if kir.has_index_checks(self.kernel) else []
         return f"@triton.jit({', '.join(args)})\n" if args else "@triton.jit\n"
 
     def generate(self) -> str:
         body = self.reduction_body() if self.kernel.is_reduction else self.pointwise_body()
+        # an element count known to be a multiple of 16 is passed divided by 16: unspecialised,
+        # Triton would otherwise not know that masks are constant over 16 elements (vector access)
+        body = [f"{n} = {n}_16 * 16" for n in self.sixteens] + body
         head = f"def {self.name}({', '.join(self.signature())}):"
         return head + "\n" + "\n".join("    " + line for line in body) + "\n"
 
@@ -618,23 +641,50 @@ def size_bucket(n: int) -> int:
 
 class BucketedLauncher:
     """Launches a kernel over symbolic sizes: ``launcher(xnumel, rnumel, *args)`` picks the
-    config of the sizes' bucket (one :class:`TritonLauncher` per bucket, made on first use; on
-    a GPU each is one compile of the same source) and computes the grid from ``xnumel``."""
+    config of the sizes' bucket and computes the grid from ``xnumel``. Buckets of one config
+    share one :class:`TritonLauncher` (``make(config)``, on first use): the kernel does not
+    specialise on sizes, so on a GPU that is one compile per config, for every size."""
 
     def __init__(self, make: Any, reduction: bool, configs: Any):
         self.make, self.reduction, self.configs = make, reduction, configs
-        self._launchers: dict[tuple, tuple] = {}
+        self._launchers: dict[tuple, tuple] = {}  # by bucket
+        self._by_config: dict[tuple, tuple] = {}
 
     def __call__(self, xnumel: int, rnumel: int, *args: Any) -> None:
         key = (size_bucket(xnumel), size_bucket(rnumel) if self.reduction else 1)
         entry = self._launchers.get(key)
         if entry is None:
-            config = self.configs(*key)
-            entry = self._launchers[key] = (self.make(config), config["XBLOCK"])
-            build.COUNTERS["triton_configs"] += 1
+            entry = self._launchers[key] = self._entry(self.configs(*key))
         launcher, xblock = entry
         if xnumel:
             launcher(-(-xnumel // xblock), *args)
+
+    def _entry(self, config: dict) -> tuple:
+        key = tuple(sorted(config.items()))
+        if key not in self._by_config:
+            self._by_config[key] = (self.make(config), config["XBLOCK"])
+            build.COUNTERS["triton_configs"] += 1
+        return self._by_config[key]
+
+
+BUCKETS_X = 32  # element-count buckets 2**0 .. 2**31 (past int32, run compiles its own variant)
+BUCKETS_R = 13  # row-length buckets 2**0 .. 2**12 (the tile stops growing at 2048)
+
+
+def bucket_configs(meta: dict) -> list[dict]:
+    """Every config the size buckets of a kernel over symbolic sizes can choose (a few: block
+    sizes stop growing past small buckets), those of the most buckets first."""
+    shape = _BucketShape(meta["bucketed"])
+    counts: dict[tuple, int] = {}
+    for x in range(BUCKETS_X):
+        for r in range(BUCKETS_R if shape.reduction else 1):
+            key = tuple(heuristic_config(shape, meta["interpret"], 1 << x, 1 << r).items())
+            counts[key] = counts.get(key, 0) + 1
+    return [dict(k) for k in sorted(counts, key=counts.get, reverse=True)]
+
+
+def _with_config(record: dict, config: dict) -> dict:
+    return {**record, "meta": {**record["meta"], "config": config}}
 
 
 def autotune_configs(kernel: kir.Kernel) -> list[dict]:
@@ -682,33 +732,49 @@ class TritonBackend:
                 "autotune": bool(options.get("max_autotune")) and not interpret, "interpret": interpret,
                 "warmup": None if interpret else warmup_signature(kernel, device),
                 "pointers": len(kernel.inputs) + len(kernel.outputs), "first_output": len(kernel.inputs),
-                "device": torch.device(device).index or 0, "options": launch_options(kernel)}
+                "device": torch.device(device).index or 0, "options": launch_options(kernel),
+                "varying_ints": symbolic_sizes(kernel)}
 
     def start(self, record: dict, options: Any) -> None:
-        """Compile for the GPU now, in the pool, instead of at the first launch."""
-        if record["meta"].get("warmup") is not None:
-            store = options.get("artifact_store")
-            if not record["meta"]["autotune"] and not _in_store(store, record):
-                # a kernel restored from the store never reaches the pool: starting up to 16
-                # processes for it only slows a warm start (precompile starts them when needed)
-                _start_compile_workers(record["meta"]["warmup"]["device"])
-            _start_warmup(self._kernel(record), record, store)
+        """Compile for the GPU now, in the pool, instead of at the first launch: a kernel over
+        symbolic sizes in each config its size buckets can choose (``bucket_configs``)."""
+        meta = record["meta"]
+        if meta.get("warmup") is None:
+            return
+        store = options.get("artifact_store")
+        records = [record] if not meta.get("bucketed") or meta["autotune"] else \
+            [_with_config(record, c) for c in bucket_configs(meta)]
+        if not meta["autotune"] and not all(_in_store(store, r) for r in records):
+            # a kernel restored from the store never reaches the pool: starting up to 16
+            # processes for it only slows a warm start (precompile starts them when needed)
+            _start_compile_workers(meta["warmup"]["device"])
+        kernel = self._kernel(record)
+        for r in records:
+            _start_warmup(kernel, r, store)
 
     def load(self, record: dict, options: Any):
         kernel, meta = self._kernel(record), record["meta"]
-        future = _warmups.get(_warmup_key(record))
-        # the compiled kernel, or None (failed, logged: the first launch then says why)
-        compiled = future.result() if future is not None else None
         if meta["autotune"]:
             return kernel
-        if meta.get("bucketed"):
+        if meta.get("bucketed"):  # each config's compile is waited for at its first launch
             shape = _BucketShape(meta["bucketed"])
-            return BucketedLauncher(lambda config: TritonLauncher(
-                kernel, config, meta["pointers"], range(meta["first_output"], meta["pointers"]), None,
-                meta["device"], meta.get("options", {})), shape.reduction,
-                lambda x, r: heuristic_config(shape, meta["interpret"], x, r))
+            store = options.get("artifact_store")
+            return BucketedLauncher(lambda config: self._launcher(kernel, _with_config(record, config), store),
+                                    shape.reduction, lambda x, r: heuristic_config(shape, meta["interpret"], x, r))
+        future = _warmups.get(_warmup_key(record))
+        # the compiled kernel, or None (failed, logged: the first launch then says why)
+        return self._launcher(kernel, record, None, future.result() if future is not None else None)
+
+    @staticmethod
+    def _launcher(kernel: Any, record: dict, store: Any, compiled: Any = None) -> TritonLauncher:
+        """The launcher of ``record``'s config; a kernel over symbolic sizes is compiled for that
+        config (in the pool, unless ``start`` has already) and launched directly at every size."""
+        meta = record["meta"]
+        if compiled is None and meta.get("bucketed") and meta.get("warmup") is not None:
+            _start_warmup(kernel, record, store)
+            compiled = _warmups[_warmup_key(record)].result()
         return TritonLauncher(kernel, meta["config"], meta["pointers"], range(meta["first_output"], meta["pointers"]),
-                              compiled, meta["device"], meta.get("options", {}))
+                              compiled, meta["device"], meta.get("options", {}), meta.get("varying_ints", False))
 
     def _kernel(self, record: dict):
         key = hashlib.sha256(record["source"].encode()).hexdigest()[:24]
@@ -721,7 +787,11 @@ class TritonBackend:
         rnumel = print_index(sympy.sympify(sympy.Mul(*kernel.rranges)), {}, "//") if kernel.rranges else None
         if _static_numel(kernel.xranges) == 0:
             return "pass  # empty kernel"
-        call_args = args + list(kernel.sizes) + [xnumel] + ([rnumel] if rnumel else [])
+        interpret = _interpreting(device)
+        sixteens = _sixteens(kernel, interpret and not is_persistent(kernel, interpret))  # as the writer's
+        counts = [f"({xnumel}) // 16" if "xnumel" in sixteens else xnumel]
+        counts += [f"({rnumel}) // 16" if "rnumel" in sixteens else rnumel] if rnumel else []
+        call_args = args + list(kernel.sizes) + counts
         call_args += [str(slot) for _, slot in kernel.seeds]  # the seed slots: see TritonKernelWriter.decorator
         meta = self.metadata(kernel, options, device)
         if meta["autotune"]:
@@ -738,6 +808,34 @@ class TritonBackend:
             f"triton.cdiv({xnumel}, {config['XBLOCK']})"  # computed here when sizes are known
         consts = ", ".join(f"{k}={v}" for k, v in config.items())
         return f"{name}({grid}, {', '.join(call_args)})  # TritonLauncher: grid, args; {consts},"
+
+
+def symbolic_sizes(kernel: kir.Kernel) -> bool:
+    """Whether a size of ``kernel`` is only known at run time (passed as an int argument)."""
+    return bool(kernel.sizes) or _static_numel(kernel.xranges) is None or _static_numel(kernel.rranges) is None
+
+
+def _sixteens(kernel: kir.Kernel, rconst: bool) -> tuple[str, ...]:
+    """The symbolic element counts of ``kernel`` known to be multiples of 16 whatever the sizes
+    (``768*s0``): passed as ``<name>_16`` = count // 16. ``rconst``: rnumel is a constexpr."""
+    names = []
+    if _static_numel(kernel.xranges) is None and _multiple_of_16(kernel.xranges):
+        names.append("xnumel")
+    if kernel.is_reduction and not rconst and _static_numel(kernel.rranges) is None and _multiple_of_16(kernel.rranges):
+        names.append("rnumel")
+    return tuple(names)
+
+
+def _multiple_of_16(ranges: tuple) -> bool:
+    """Whether the product of ``ranges`` (integer-valued sizes) is a multiple of 16 for every value
+    of its symbols: the product of each factor's known integer content."""
+    content = 1
+    for r in ranges:
+        r = sympy.sympify(r)
+        terms = [t.as_coeff_Mul()[0] for t in sympy.Add.make_args(r)]
+        if all(t.is_Integer for t in terms):
+            content *= math.gcd(*(int(t) for t in terms))
+    return content % 16 == 0
 
 
 def _bucket_shape(kernel: kir.Kernel) -> dict | None:
@@ -808,12 +906,18 @@ def launch_options(kernel: kir.Kernel) -> dict:
 
 def warmup_signature(kernel: kir.Kernel, device: Any) -> dict | None:
     """What ``JITFunction.warmup`` needs to compile ``kernel`` as the wrapper will launch it:
-    pointer dtypes (names) and the static sizes; None when a size is only known at run time."""
+    pointer dtypes (names) and the int arguments: the static sizes, and for a size only known
+    at run time any int32 value (the kernel does not specialise on it: ``unspecialised``; a
+    size past int32 is launched through ``JITFunction.run``, which compiles an int64 variant).
+    None for a kernel with no element (never launched)."""
     xnumel, rnumel = _static_numel(kernel.xranges), _static_numel(kernel.rranges)
-    if kernel.sizes or xnumel is None or rnumel is None or xnumel == 0:
+    if xnumel == 0:
         return None
+    any_int32 = (1 << 16) + 1
+    ints = [any_int32] * len(kernel.sizes) + [any_int32 if xnumel is None else xnumel]
+    ints += [any_int32 if rnumel is None else rnumel] if kernel.is_reduction else []
     pointers = [str(dt).removeprefix("torch.") for _, dt in kernel.inputs + kernel.outputs]
-    ints = [xnumel] + ([rnumel] if kernel.is_reduction else []) + [0] * len(kernel.seeds)  # any slot: unspecialised
+    ints += [0] * len(kernel.seeds)  # any slot: unspecialised
     return {"pointers": pointers, "ints": ints, "device": torch.device(device).index or 0}
 
 

@@ -31,8 +31,11 @@ class TritonLauncher:
     """``launcher(grid0, *pointers_and_ints)``: one launch of ``fn`` with ``consts``."""
 
     def __init__(self, fn: Any, consts: dict, n_pointers: int, outputs: range, compiled: Any = None,
-                 device: int = 0, options: dict | None = None):
+                 device: int = 0, options: dict | None = None, varying_ints: bool = False):
         self.fn, self.consts, self.n_pointers, self.outputs = fn, dict(consts), n_pointers, outputs
+        # the int arguments change between launches (sizes): ``compiled`` takes them unspecialised
+        # as int32 (see ``TritonKernelWriter.unspecialised``); one past int32 goes through run
+        self.varying_ints = varying_ints
         self.run_kwargs = {**consts, **(options or {})}  # compile options: run's key, not launch args
         # the C launcher takes the kernel's parameters (constexprs included) in their order, and
         # nothing else: a compile option of the config (num_warps) made every direct launch a
@@ -93,7 +96,8 @@ class TritonLauncher:
         # and ask the driver about each pointer (cuPointerGetAttribute), on every launch.
         runtime, k, n = self._knobs, self.compiled, self.n_pointers
         pointers = [a.data_ptr() for a in args[:n]]
-        if runtime.launch_enter_hook is not None or _misaligned(pointers):
+        if runtime.launch_enter_hook is not None or _misaligned(pointers) or (
+                self.varying_ints and not _int32s(args[n:])):
             return self._via_run(grid0, *args)
         k.run(grid0, 1, 1, self._stream(self.device), k.function, k.packed_metadata, None,
               None, runtime.launch_exit_hook, *pointers, *args[n:], *self.const_values)
@@ -117,6 +121,14 @@ def _in_place(args: tuple, outputs: Any, n_pointers: int) -> bool:
     """Whether an output shares memory with an input of the launch."""
     written = {args[i].untyped_storage().data_ptr() for i in outputs}
     return any(args[i].untyped_storage().data_ptr() in written for i in range(n_pointers) if i not in outputs)
+
+
+def _int32s(ints: tuple) -> bool:
+    """Whether every int argument is one Triton passes as int32 (it picks int64 past that)."""
+    for v in ints:
+        if not -(2**31) <= v < 2**31:
+            return False
+    return True
 
 
 def _misaligned(pointers: list[int]) -> bool:
