@@ -57,7 +57,7 @@ class Steps:
         return [s for g in self.made for s in g.planner.states.values()]
 
 
-def train(model, ref, opt, opt_ref, step, steps, schedulers=()):
+def train(model, ref, opt, opt_ref, step, steps, schedulers=(), set_to_none=True):
     compiled = tc.compile(model, mode="reduce-overhead")
     g = torch.Generator().manual_seed(1)
     for _ in range(steps):
@@ -70,7 +70,7 @@ def train(model, ref, opt, opt_ref, step, steps, schedulers=()):
         step()
         opt_ref.step()
         for o in (opt, opt_ref):
-            o.zero_grad(set_to_none=True)
+            o.zero_grad(set_to_none=set_to_none)
         for s in schedulers:
             s.step()
         for p, q in zip(model.parameters(), ref.parameters()):
@@ -82,6 +82,8 @@ def train(model, ref, opt, opt_ref, step, steps, schedulers=()):
 
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
 def test_training_step_replays_the_optimizer_graph_in_place(name, graphs):
+    """Forward, backward, ``opt.step``, ``zero_grad(set_to_none=True)``: after warm-up the step is
+    one replay per call, nothing copied in or out."""
     model, ref, opt, opt_ref = twins(OPTIMIZERS[name])
     step = Steps(opt, graphs)
     before = runtime.COUNTERS["skipped_copies"]
@@ -128,6 +130,19 @@ def test_scheduled_tensor_lr_is_read_by_the_replays(graphs):
     assert opt.param_groups[0]["lr"].item() == pytest.approx(0.05 * 0.001)
     recorded = [s for s in step.states() if s.graph is not None]
     assert len(recorded) == 1 and recorded[0].replays >= 4 and recorded[0].graph.copied == []
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_gradients_kept_across_steps(name, graphs):
+    """``zero_grad(set_to_none=False)``: the gradients are the tensors the first (plain) backward
+    made, outside the graphs' memory, which autograd accumulates into from then on: the optimizer
+    graph copies them in (only them) at every replay, and the parameters match eager's."""
+    model, ref, opt, opt_ref = twins(OPTIMIZERS[name])
+    step = Steps(opt, graphs)
+    train(model, ref, opt, opt_ref, step, steps=7, set_to_none=False)
+    (state,) = [s for s in step.states() if s.graph is not None]
+    assert state.replays >= 4 and state.eager_calls == 0 and state.blocked == 0
+    assert len(state.graph.copied) == len(list(model.parameters()))
 
 
 def test_optimizer_alone_copies_only_the_gradients(graphs):
