@@ -35,7 +35,7 @@ import torch
 
 from .graph import Graph
 from .node import Node, map_structure
-from .spec import DTYPES_BY_NAME, SCALAR_TYPES, ScalarSpec, TensorSpec, spec_of, sym
+from .spec import DTYPES_BY_NAME, SCALAR_TYPES, ScalarSpec, SizeFloat, TensorSpec, spec_of, sym
 from .targets import display_name, resolve_target, target_name
 
 VERSION = 1
@@ -372,7 +372,7 @@ def parse_spec(text: str) -> Any:
 _SIZE_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
              ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
 _SIZE_FUNCS = {"floor": sympy.floor, "ceiling": sympy.ceiling, "Max": sympy.Max, "Min": sympy.Min,
-               "Mod": sympy.Mod, "Abs": sympy.Abs}
+               "Mod": sympy.Mod, "Abs": sympy.Abs, "SizeFloat": SizeFloat}  # a float from sizes (batch norm)
 
 
 def parse_size(text: str) -> int | sympy.Expr:
