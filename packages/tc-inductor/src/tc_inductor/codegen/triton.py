@@ -772,7 +772,11 @@ class TritonBackend:
         meta = record["meta"]
         if compiled is None and meta.get("bucketed") and meta.get("warmup") is not None:
             _start_warmup(kernel, record, store)
-            compiled = _warmups[_warmup_key(record)].result()
+            try:
+                compiled = _warmups[_warmup_key(record)].result()
+            except Exception as e:  # Triton rejected the source (``_warmup``): as a failed launch, nothing written
+                e.tc_kernel_failed = True
+                raise
         return TritonLauncher(kernel, meta["config"], meta["pointers"], range(meta["first_output"], meta["pointers"]),
                               compiled, meta["device"], meta.get("options", {}), meta.get("varying_ints", False))
 
