@@ -209,3 +209,13 @@ def test_cuda_training_step_graphs_the_optimizer(name, monkeypatch):
     assert not [s.fallback for s in states if s.fallback]
     optimizer_graphs = [s for g in made[2:] for s in g.planner.states.values() if s.graph is not None]
     assert optimizer_graphs and all(s.replays >= 4 and not s.graph.copied for s in optimizer_graphs)
+
+
+def test_graphed_forward_tells_its_output_layouts(graphs):
+    """tc_autograd compiles the backward for the strides the compiled forward reports
+    (``output_strides``); the CUDA-graph wrapper passes them on (a channels-last activation saved
+    for the backward would otherwise be copied into another layout at every step)."""
+    model, ref, opt, opt_ref = twins(OPTIMIZERS["sgd_momentum"])
+    train(model, ref, opt, opt_ref, opt.step, steps=1)
+    forward = graphs.made[0]
+    assert forward.output_strides is not None and len(forward.output_strides) >= 1

@@ -184,7 +184,11 @@ def _kernel_compiler(options: Options, static_names: frozenset[str] = frozenset(
         # them. A symbolic graph gets one CUDA graph per concrete shape, all in one pool (tc_runtime).
         static = [i for i, (t, node) in enumerate(zip(example_inputs, graph.inputs))
                   if isinstance(t, torch.nn.Parameter) or node.meta.get("static") or node.name in static_names]
-        return tc_runtime.cudagraphify(compiled, example_inputs, static_input_indices=static)
+        graphed = tc_runtime.cudagraphify(compiled, example_inputs, static_input_indices=static)
+        # tc_autograd compiles the backward for the layouts the forward returns (channels-last
+        # saved activations): without this, each would be copied into the backward's layout per call
+        graphed.output_strides = getattr(compiled, "output_strides", None)
+        return graphed
 
     return compile_kernels
 
