@@ -667,7 +667,10 @@ class BucketedLauncher:
         return self._by_config[key]
 
 
-BUCKETS_X = 32  # element-count buckets 2**0 .. 2**31 (past int32, run compiles its own variant)
+# element-count buckets compiled ahead: 2**6 .. 2**31 (past int32, run compiles its own variant);
+# smaller ones (a few configs more each: softmax rows of symbolic length 62 against 12) compile
+# at their first launch
+BUCKETS_X = range(6, 32)
 BUCKETS_R = 13  # row-length buckets 2**0 .. 2**12 (the tile stops growing at 2048)
 
 
@@ -676,7 +679,7 @@ def bucket_configs(meta: dict) -> list[dict]:
     sizes stop growing past small buckets), those of the most buckets first."""
     shape = _BucketShape(meta["bucketed"])
     counts: dict[tuple, int] = {}
-    for x in range(BUCKETS_X):
+    for x in BUCKETS_X:
         for r in range(BUCKETS_R if shape.reduction else 1):
             key = tuple(heuristic_config(shape, meta["interpret"], 1 << x, 1 << r).items())
             counts[key] = counts.get(key, 0) + 1
