@@ -174,13 +174,13 @@ def load(data: bytes, num_inputs: int, admits: Callable[[list], bool] | None = N
 
     ``graphs`` maps names to parsed graphs, except ``joint``, which stays text until read.
     """
+    read = _read_guards(data)
+    if read is None:
+        return None
+    record, guards = read
+    if admits is not None and not admits(guards):  # (its own errors are the trace's: not damage)
+        return False  # checked before parsing the graphs: a trace for other sizes costs little
     try:
-        record = json.loads(data)
-        if record.get("format") != FORMAT:
-            return None
-        guards = [_decode_guard(g) for g in record["guards"]]
-        if admits is not None and not admits(guards):
-            return False  # checked before parsing the graphs: a trace for other sizes costs little
         texts = record["graphs"]
         graphs = {name: tc_ir.parse(text) for name, text in texts.items() if name != "joint"}
         graphs["joint"] = texts.get("joint")
@@ -195,6 +195,18 @@ def load(data: bytes, num_inputs: int, admits: Callable[[list], bool] | None = N
         log.warning("tc_autograd: ignoring a damaged trace cache entry (%s: %s); tracing again", type(e).__name__, e)
         return None
     return traced, graphs, num_saved
+
+
+def _read_guards(data: bytes) -> tuple[dict, list] | None:
+    """The entry's record and its size guards; None for an entry of another format or damaged."""
+    try:
+        record = json.loads(data)
+        if record.get("format") != FORMAT:
+            return None
+        return record, [_decode_guard(g) for g in record["guards"]]
+    except Exception as e:
+        log.warning("tc_autograd: ignoring a damaged trace cache entry (%s: %s); tracing again", type(e).__name__, e)
+        return None
 
 
 def _check(traced: Traced, graphs: dict[str, Any], num_saved: int, num_inputs: int) -> None:
