@@ -62,15 +62,17 @@ def test_per_channel_statistics_are_split_in_every_layout(backend, layout, monke
         return [x]
 
     compiled = _check(_stats_fn, make, backend)
-    # two reductions of one input: one kernel of partials, one final kernel each
-    assert compiled.stats["kernels"] == 3
+    # two reductions of one input: one kernel of partials, one final kernel each; the C++ back
+    # end splits only where N, H and W are one run of rows (NHWC), not dividing per element
+    split = backend == "triton" or layout == "nhwc"
+    assert compiled.stats["kernels"] == (3 if split else 1)
     assert _unsplit_kernels(_stats_fn, make(), backend, monkeypatch) == 1
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("rt", ["sum", "prod", "amax", "amin", "any", "all", "mean", "var_mean"])
 def test_every_reduction_kind_over_a_flat_dim(backend, rt):
-    """[3, 10007] over its 10007 rows (prime: the last chunk is ragged) and a full reduction."""
+    """[5, 10007] over its 10007 rows (prime: the last chunk is ragged) and a full reduction."""
     def fn(g, x):
         if rt in ("any", "all"):
             x = g.call(aten.gt.Scalar, x, 1.5 if rt == "any" else -3.0)
@@ -85,7 +87,7 @@ def test_every_reduction_kind_over_a_flat_dim(backend, rt):
             return g.call(op, x, [1]), g.call(op, x)
         return g.call(op, x, [1]), g.call(op, x, [0, 1])
 
-    compiled = _check(fn, lambda: [torch.randn(3, 10007)], backend, rtol=1e-3 if rt == "prod" else 1e-4)
+    compiled = _check(fn, lambda: [torch.randn(5, 10007)], backend, rtol=1e-3 if rt == "prod" else 1e-4)
     assert compiled.stats["kernels"] >= 4  # each reduction in two kernels
 
 
@@ -122,7 +124,7 @@ def test_a_producer_indexed_by_division_reads_digit_by_digit(backend):
         return g.call(aten.sum.dim_IntList, g.call(aten.mul.Tensor, up, up), [0, 2, 3])
 
     compiled = _check(fn, lambda: [torch.randn(4, 6, 25, 23)], backend)
-    assert compiled.stats["kernels"] == 2
+    assert compiled.stats["kernels"] == (2 if backend == "triton" else 1)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -148,12 +150,14 @@ def test_plan():
     chunks, size = split_reduction.plan((64,), (64, 56, 56), "sum")
     assert chunks * size == 64 * 56 * 56 and size >= split_reduction.SPLIT_MIN_CHUNK
     assert 64 * chunks <= split_reduction.SPLIT_TARGET_OUTPUTS
-    chunks, size = split_reduction.plan((), (10007,), "max")  # prime: ragged, the last chunk short
-    assert (chunks - 1) * size < 10007 <= chunks * size
+    chunks, size = split_reduction.plan((), (50021,), "max")  # prime: ragged, the last chunk short
+    assert (chunks - 1) * size < 50021 <= chunks * size
     s = sympy.Symbol("s0", integer=True, positive=True)
     assert split_reduction.plan((64,), (s, 56, 56), "sum") is None  # symbolic: kept whole
     assert split_reduction.plan((64,), (64, 56, 56), "argmax") is None
-    assert split_reduction.plan((64,), (64, 8, 8), "sum") is None  # 4096 rows
+    assert split_reduction.plan((64,), (16, 8, 8), "sum") is None  # 1024 rows
+    assert split_reduction.plan((), (8192,), "sum") is None  # 8192 elements: one fast kernel
+    assert split_reduction.plan((2048,), (64, 7, 7), "sum") == (8, 392)  # ResNet-50's last stage
     assert split_reduction.plan((16384,), (8192,), "sum") is None  # enough outputs
     assert split_reduction.plan((0,), (64, 56, 56), "sum") is None
 
@@ -213,9 +217,12 @@ def _train(backend, channels_last, calls=2):
 def test_batch_norm_training_gradients(backend, channels_last, monkeypatch):
     """conv -> batch norm (training) -> relu over 8*32*32 rows: the statistics, the backward's
     per-channel sums (masked by relu) and the running statistics as eager's; forward and
-    backward both split their reductions (more kernels than unsplit)."""
+    backward split their reductions (more kernels than unsplit; NHWC only on the C++ back end)."""
     split = [c.stats["kernels"] for c in _train(backend, channels_last)]
     with monkeypatch.context() as m:
         m.setattr(split_reduction, "SPLIT_MIN_ROWS", 1 << 62)
         whole = [c.stats["kernels"] for c in _train(backend, channels_last, calls=1)]
-    assert split[0] > whole[0] and split[1] > whole[1], (split, whole)
+    if backend == "cpp" and not channels_last:  # NCHW rows are not one run: C++ keeps them whole
+        assert split == whole
+    else:
+        assert split[0] > whole[0] and split[1] > whole[1], (split, whole)

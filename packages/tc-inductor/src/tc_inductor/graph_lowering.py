@@ -21,6 +21,7 @@ from tc_ir import Node, TensorSpec
 from tc_ir.spec import contiguous_strides
 
 from . import kir, layout, padding, split_reduction
+from .codegen.registry import choose_backend
 from .cond import lower_cond
 from .decompositions import EXTERN_PREFERRED, corrected_spec, trace_decomposition
 from .ir import (
@@ -135,13 +136,19 @@ class GraphLowering:
         return window if isinstance(window, BufferValue) else value
 
     def reduction(self, shape, dtype, device, body, rranges, reduction_type, reduced_dims=()) -> BufferValue:
-        split = split_reduction.plan(shape, rranges, reduction_type)
+        split = split_reduction.plan(shape, rranges, reduction_type, body if self._cpp(device) else None)
         if split is not None:
             return self._split_reduction(shape, dtype, device, body, rranges, reduction_type, reduced_dims, split)
         buf = ComputedBuffer(self.new_name(), tuple(shape), contiguous_strides(shape), dtype, device, body,
                              tuple(rranges), reduction_type, tuple(reduced_dims))
         self._add_computed(buf)
         return buf.value()
+
+    def _cpp(self, device) -> bool:
+        try:
+            return choose_backend(device, self.options).name == "cpp"
+        except RuntimeError:  # no backend: compile() says so when it generates the kernel
+            return False
 
     def _split_reduction(self, shape, dtype, device, body, rranges, reduction_type, reduced_dims,
                          split: tuple[int, int]) -> BufferValue:

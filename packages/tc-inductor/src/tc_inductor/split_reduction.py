@@ -24,10 +24,13 @@ import torch
 from . import kir
 from .kir import Ops, UOp
 
-# Split when the rows number at least SPLIT_MIN_ROWS and the first kernel gets at least
-# SPLIT_MIN_CHUNKS chunks: as many as make about SPLIT_TARGET_OUTPUTS partials (thousands of
-# programs of tens of outputs), each of at least SPLIT_MIN_CHUNK rows (a program's worth).
-SPLIT_MIN_ROWS = 8192
+# Split when there are at least SPLIT_MIN_ROWS rows and SPLIT_MIN_ELEMENTS elements (below, one
+# kernel is a few microseconds) and the first kernel gets at least SPLIT_MIN_CHUNKS chunks: as
+# many as make about SPLIT_TARGET_OUTPUTS partials (hundreds to thousands of programs), each of
+# at least SPLIT_MIN_CHUNK rows (a program's worth). ResNet-50's last stage (512 channels over
+# 64*7*7 rows) is 16 column programs of 3136 rows each unsplit.
+SPLIT_MIN_ROWS = 2048
+SPLIT_MIN_ELEMENTS = 32768
 SPLIT_TARGET_OUTPUTS = 32768
 SPLIT_MIN_CHUNK = 256
 SPLIT_MIN_CHUNKS = 4
@@ -44,19 +47,24 @@ def _static(v) -> int | None:
     return None
 
 
-def plan(shape: tuple, rranges: tuple, reduction_type: str) -> tuple[int, int] | None:
+def plan(shape: tuple, rranges: tuple, reduction_type: str, body: Callable | None = None) -> tuple[int, int] | None:
     """``(chunks, size)`` for a reduction worth splitting, else None: static sizes only (a
-    symbolic one is kept whole), no arg-reductions (their partials would need the indices)."""
+    symbolic one is kept whole), no arg-reductions (their partials would need the indices).
+    With ``body`` (the C++ back end), only where the reduced dims are one run of rows: its
+    unsplit kernel loops over each reduced dim, while a split one would divide per element
+    (NCHW: measured slower there; NHWC faster)."""
     if reduction_type not in SPLITTABLE:
         return None
     sizes = [_static(v) for v in (*shape, *rranges)]
     if any(s is None for s in sizes):
         return None
     outputs, rows = math.prod(sizes[:len(shape)]), math.prod(sizes[len(shape):])
-    if outputs < 1 or rows < SPLIT_MIN_ROWS:
+    if outputs < 1 or rows < SPLIT_MIN_ROWS or outputs * rows < SPLIT_MIN_ELEMENTS:
         return None
     most = min(-(-SPLIT_TARGET_OUTPUTS // outputs), rows // SPLIT_MIN_CHUNK)
     if most < SPLIT_MIN_CHUNKS:
+        return None
+    if body is not None and len(_runs(body, len(shape), tuple(sizes[len(shape):]))) > 1:
         return None
     # a divisor of the rows near the most chunks needs no mask for a ragged last chunk
     for chunks in range(most, max(most // 2, SPLIT_MIN_CHUNKS) - 1, -1):
