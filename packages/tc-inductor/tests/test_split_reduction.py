@@ -226,3 +226,20 @@ def test_batch_norm_training_gradients(backend, channels_last, monkeypatch):
         assert split == whole
     else:
         assert split[0] > whole[0] and split[1] > whole[1], (split, whole)
+
+
+@pytest.mark.parametrize("backend", ["cpp", pytest.param("triton", marks=pytest.mark.xfail(
+    strict=True, reason="Triton max/min accumulators drop NaN, split or not (findings/inductor.md)"))])
+def test_nan_and_inf_propagate_through_partials(backend):
+    """A NaN in one chunk makes its channel's max, min and sum NaN, as eager's; -inf/+inf stay."""
+    def fn(g, x):
+        return (g.call(aten.amax.default, x, [0, 2, 3]), g.call(aten.amin.default, x, [0, 2, 3]),
+                g.call(aten.sum.dim_IntList, x, [0, 2, 3]))
+
+    def make():
+        x = torch.randn(8, 4, 32, 32)
+        x[5, 1, 7, 3], x[2, 2, 31, 31], x[0, 3, 0, 0] = float("nan"), float("inf"), float("-inf")
+        return [x.contiguous(memory_format=CL)]
+
+    compiled = _check(fn, make, backend)
+    assert compiled.stats["kernels"] > 1
