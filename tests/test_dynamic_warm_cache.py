@@ -132,7 +132,7 @@ def test_a_cached_trace_keeps_its_guards(tmp_path):
 
 
 @pytest.mark.slow
-def test_warm_process_builds_no_triton_kernel(tmp_path):
+def test_warm_process_rebuilds_no_triton_kernel(tmp_path):
     """The Triton back end (the interpreter on the CPU): the warm process reads the kernel sources
     back with the compiled graph (Triton's own cache holds the binaries on a GPU) and lowers nothing."""
     cold = run(tmp_path, "pair-triton", "6x6")
