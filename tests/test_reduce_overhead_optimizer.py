@@ -219,3 +219,22 @@ def test_graphed_forward_tells_its_output_layouts(graphs):
     train(model, ref, opt, opt_ref, opt.step, steps=1)
     forward = graphs.made[0]
     assert forward.output_strides is not None and len(forward.output_strides) >= 1
+
+
+def test_batch_norm_statistics_written_in_place_are_static(graphs):
+    """A training forward writes batch norm's running statistics into the module's buffers in
+    place (tc_inductor's ``inplace_outputs``): they are static inputs of its graph, which is then
+    recorded and replayed (before: "fn writes into non-static inputs", a plain call every step);
+    running statistics and parameters match eager's."""
+    torch.manual_seed(0)
+    make = lambda: torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(),  # noqa: E731
+                                       torch.nn.Linear(8, 3))
+    model, ref = make(), make()
+    ref.load_state_dict(model.state_dict())
+    opt, opt_ref = (torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9, foreach=True) for m in (model, ref))
+    train(model, ref, opt, opt_ref, opt.step, steps=5)
+    for name, buffer in ref.named_buffers():
+        torch.testing.assert_close(dict(model.named_buffers())[name], buffer, rtol=1e-5, atol=1e-6)
+    states = [s for g in graphs.made for s in g.planner.states.values()]
+    assert not [s.fallback for s in states if s.fallback]
+    assert any(s.graph is not None and s.replays >= 2 for s in states)

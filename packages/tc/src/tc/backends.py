@@ -182,8 +182,12 @@ def _kernel_compiler(options: Options, static_names: frozenset[str] = frozenset(
         # keep their storage between calls: read and written in place, never copied. Gradients are
         # not static: the runtime reads them in place when a graph of its pool (the backward) made
         # them. A symbolic graph gets one CUDA graph per concrete shape, all in one pool (tc_runtime).
+        # Inputs the kernels write in place (a batch norm's running statistics: the graph's
+        # ``inplace_outputs``) are static too: a graph writing into copies of them would lose the write.
+        written = set(dict(graph.meta.get("inplace_outputs") or {}).values())
         static = [i for i, (t, node) in enumerate(zip(example_inputs, graph.inputs))
-                  if isinstance(t, torch.nn.Parameter) or node.meta.get("static") or node.name in static_names]
+                  if isinstance(t, torch.nn.Parameter) or node.meta.get("static") or node.name in static_names
+                  or i in written]
         graphed = tc_runtime.cudagraphify(compiled, example_inputs, static_input_indices=static)
         # tc_autograd compiles the backward for the layouts the forward returns (channels-last
         # saved activations): without this, each would be copied into the backward's layout per call
