@@ -180,14 +180,24 @@ def test_cpu_step_counters_move_to_the_parameters_device():
     assert opt.state[on_cpu]["step"].device.type == "cpu"
 
 
-# Measured on the H100: AdamW's values match, but its step is not graphed: with the step counters
-# on the device and capturable=False, torch's _disable_dynamo_if_unsupported makes `adam` a graph
-# break ("call to adam is torch internals"), so the update runs eagerly. Dynamo also sets
-# capturable=True on all-CUDA param groups; doing the same in capture's optimizers.prepare is the
-# fix to verify on a GPU.
+def test_all_gpu_groups_become_capturable(monkeypatch):
+    """With its steps on a GPU, a non-capturable AdamW's ``adam`` refuses compilation (torch runs
+    it as internals: a graph break): capture makes a group capturable when all its parameters are
+    on a CUDA-graph device (``meta`` stands in for one here), and leaves mixed and CPU groups."""
+    monkeypatch.setattr(optimizers, "CAPTURABLE_DEVICES", ("meta",))
+    gpu = [torch.nn.Parameter(torch.empty(3, device="meta")) for _ in range(2)]
+    mixed = [torch.nn.Parameter(torch.empty(3, device="meta")), torch.nn.Parameter(torch.zeros(2))]
+    cpu = [torch.nn.Parameter(torch.zeros(2))]
+    opt = torch.optim.AdamW([{"params": gpu}, {"params": mixed}, {"params": cpu}], foreach=True)
+    optimizers.prepare(opt)
+    assert [g["capturable"] for g in opt.param_groups] == [True, False, False]
+    sgd = torch.optim.SGD(gpu, lr=0.1)  # no capturable option: left alone
+    optimizers.prepare(sgd)
+    assert "capturable" not in sgd.param_groups[0]
+
+
 @pytest.mark.cuda
-@pytest.mark.parametrize("name", [pytest.param("adamw", marks=pytest.mark.xfail(
-    strict=True, reason="AdamW's step breaks the graph on CUDA (capturable=False)")), "sgd_momentum"])
+@pytest.mark.parametrize("name", ["adamw", "sgd_momentum"])
 def test_cuda_training_step_graphs_the_optimizer(name, monkeypatch):
     """On a GPU: real CUDA graphs for forward, backward and the optimizer step; AdamW's CPU step
     counters moved to the device; parameters equal eager's; the optimizer graph replays."""

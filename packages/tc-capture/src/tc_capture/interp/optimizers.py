@@ -14,6 +14,13 @@ and every replay would reuse that stale step), so such a step runs without a gra
 optimizer is read by a capture, a CPU step of a parameter on another device is moved to that
 parameter's device, as ``torch.compile`` does (Dynamo's ``move_step_if_cpu``); the optimizer's
 code under compilation computes on the step as a tensor, so the value is read at every replay.
+
+Capturable groups: with its steps on a GPU, a non-capturable Adam-family update refuses to be
+compiled (torch's ``_disable_dynamo_if_unsupported`` runs it as torch internals: a graph break).
+A param group whose parameters are all on a CUDA-graph device is therefore switched to
+``capturable=True``, as Dynamo does: the update computes its bias corrections on the device from
+the step tensor instead of reading the step back to the host. The values are the same; the group
+stays capturable after the capture (eager steps of it are correct too, with no host syncs).
 """
 
 from __future__ import annotations
@@ -22,9 +29,17 @@ import torch
 
 from ..cache import sources as S
 
+CAPTURABLE_DEVICES = ("cuda", "xpu")
+
 
 def prepare(optimizer: torch.optim.Optimizer) -> None:
-    """Move CPU step counters to their parameter's device (before capture reads the state)."""
+    """Make all-GPU param groups capturable and move CPU step counters to their parameter's
+    device (before capture reads the state)."""
+    for group in getattr(optimizer, "param_groups", ()):
+        params = group.get("params", ()) if isinstance(group, dict) else ()
+        if group.get("capturable") is False and not group.get("fused") and params and all(
+                isinstance(p, torch.Tensor) and p.device.type in CAPTURABLE_DEVICES for p in params):
+            group["capturable"] = True
     state = getattr(optimizer, "state", None)
     if not isinstance(state, dict):
         return
