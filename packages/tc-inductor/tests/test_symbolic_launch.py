@@ -147,3 +147,25 @@ def test_sizes_past_int32_go_through_run():
     fake._direct(1, out, 2**31 - 1)
     fake._direct(1, out, 2**31)  # Triton passes it as int64: the int32 kernel would truncate it
     assert len(fake.compiled.launches) == 1 and calls == [(out, 2**31)]
+
+
+def test_triton_knobs_without_hooks_launch_directly():
+    """triton 3.6's launch hooks are ``HookChain`` objects, never None: with none attached the
+    launch is direct (it went through ``run`` every time when "no hook" meant None); with a hook
+    attached (a profiler) it goes through ``run``, which builds the metadata hooks receive."""
+    from triton import knobs
+
+    calls = []
+    fake = TritonLauncher(None, {"XBLOCK": 16}, 1, range(0, 1), _FakeCompiled({}))
+    fake._stream, fake._knobs = (lambda device: 0), knobs.runtime
+    fake._via_run = lambda grid0, *args: calls.append(args)
+    out = torch.zeros(16)
+    fake._direct(1, out, 16)
+    assert len(fake.compiled.launches) == 1 and calls == []
+    hook = lambda *a: None  # noqa: E731
+    knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        fake._direct(1, out, 16)
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)
+    assert len(fake.compiled.launches) == 1 and calls == [(out, 16)]
