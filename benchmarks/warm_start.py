@@ -1,9 +1,11 @@
 """The warm start: the first call of a compiled model in a fresh process whose on-disk cache is warm.
 
-For tiny random-weight models (GPT-2, BERT and LLaMA configs from transformers, a small CNN), in
-inference and training: a first subprocess compiles and runs the model once to fill a fresh
-``TC_CACHE_DIR`` (and ``TRITON_CACHE_DIR``); then fresh subprocesses (nothing in memory, the caches
-warm) time ``import tc`` and the first call, phase by phase:
+For tiny random-weight models (GPT-2, BERT and LLaMA configs from transformers, a small CNN), or
+with ``--full`` the benchmark-size models of ``benchmarks/models.py`` (its ``MODELS`` and its step:
+bf16 autocast; training is forward, backward and an AdamW step), in inference and training: a
+first subprocess compiles and runs the model once to fill a fresh ``TC_CACHE_DIR`` (and
+``TRITON_CACHE_DIR``); then fresh subprocesses (nothing in memory, the caches warm) time
+``import tc`` and the first call, phase by phase:
 
     user        ``import torch``, the model's library and building the model (the user pays it
                 without tc; shown, not in the total)
@@ -14,25 +16,40 @@ warm) time ``import tc`` and the first call, phase by phase:
     trace       tc_autograd: its trace cache (or the trace, functionalization, partition)
     lower       tc_inductor.compile less ``kernels``: cache key and graph-cache read (lowering,
                 scheduling and code generation on a miss)
-    kernels     loading compiled kernels (``.so`` / Triton binaries; builds on a miss) and the
-                generated wrapper
-    run         everything else in the first call: the compiled code running, the backward
+    kernels     loading compiled kernels (builds on a miss) and the generated wrapper, wherever it
+                happens (a size-bucketed Triton kernel loads at its first launch), of which
+      triton    the Triton back end's kernels: importing their sources, and on a GPU loading the
+                binaries from Triton's cache (or the artifact store) and their launchers
+      cpp       the C++ back end's kernels: ``.so`` files read, checked and loaded (g++ on a miss)
+    run         everything else in the first call: the compiled code running, the backward (on a
+                GPU, up to the synchronize after the call)
     total       import + every phase of the first call (the warm-start figure; torch excluded)
 
 and counts what the call rebuilt instead of reading back: ``traces`` (tc_autograd traces),
 ``lowerings`` (tc_inductor graph lowerings), ``builds`` (C++ compiler runs), and artifact-cache
-misses by kind. A warm start should show zero of each. The warm process also checks its outputs
-(and, training, its gradients) against eager's. The phases are measured by wrapping functions from
-outside (no product code changes); ``--cpu`` shows CPU seconds (user + system, every thread of the
-process) instead of wall time, for a loaded machine where wall time mostly measures the neighbours.
+misses by kind (a warm start should show zero of each), and ``loaded``: the kernels loaded per
+back end. The warm process also checks its answers against eager's: outputs (and, tiny models
+training, gradients); ``--full`` training compares the step's loss with an eager copy's (the
+AdamW step clears the gradients), with dropout off so that they agree. The phases are measured by
+wrapping functions from outside (no product code changes); ``--cpu`` shows CPU seconds (user +
+system, every thread of the process) instead of wall time, for a loaded machine where wall time
+mostly measures the neighbours. ``--profile``: one more warm process per cell runs under cProfile
+(not one the table's medians come from), and ``$OUT`` (default ``./bench_out``) gets the top 25
+functions by cumulative time of ``import tc`` + ``tc.compile`` and of the first call, as text and
+as pstats files, with the table as JSON.
 
-    python benchmarks/warm_start.py                       # every model, both tasks
+    python benchmarks/warm_start.py                       # every tiny model, both tasks, CPU
     python benchmarks/warm_start.py --models gpt2 --tasks infer --repeat 3
+    python benchmarks/warm_start.py --device cuda --full --models resnet50,gpt2 --tasks infer,train --profile
+    python benchmarks/warm_start.py --device cpu --full --models resnet50 --shapes resnet50=2 --tasks infer
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import copy
+import inspect
 import json
 import os
 import statistics
@@ -42,9 +59,12 @@ import tempfile
 import time
 
 MODELS = ("gpt2", "bert", "llama", "cnn")
+FULL_MODELS = ("resnet50", "gpt2", "bert", "vit_b_16", "llama")  # benchmarks/models.py's MODELS
 TASKS = ("infer", "train")
-PHASES = ("import", "fake", "capture", "trace", "lower", "kernels", "run")
-COUNTS = ("traces", "lowerings", "builds", "misses")
+PHASES = ("import", "fake", "capture", "trace", "lower", "kernels", "triton", "cpp", "run")
+IN_TOTAL = ("import", "fake", "capture", "trace", "lower", "kernels", "run")  # triton, cpp: parts of kernels
+COUNTS = ("traces", "lowerings", "builds", "misses", "loaded")
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 # ---- models (only imported in the child) ---------------------------------------------------------
@@ -69,6 +89,7 @@ def _hf(config_cls: str, model_cls: str, config: dict):
 
 
 def build(name: str):
+    """A tiny model and its inputs, on the CPU."""
     import torch
 
     if name == "gpt2":
@@ -89,6 +110,37 @@ def build(name: str):
     return model, (torch.randn(2, 3, 32, 32),)
 
 
+def build_full(name: str, device: str, shape: tuple | None):
+    """``benchmarks/models.py``'s model ``name`` at its benchmark size (``shape`` as its
+    ``--shapes``) on ``device``, its inputs, and that module (for its step)."""
+    import torch
+
+    sys.path.insert(0, HERE)
+    import models as bench  # its cache variables are setdefault: the parent's TC_/TRITON_CACHE_DIR stay
+
+    with contextlib.suppress(OSError):
+        os.rmdir(bench._CACHE_ROOT)  # its own cache root: unused here (the parent set every variable)
+
+    if device == "cuda":  # as models.py's cells
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    torch.manual_seed(0)
+    base, make_inputs = bench.MODELS[name](False, shape)
+    torch.manual_seed(0)
+    return base.to(device), make_inputs(device), bench
+
+
+def _dropout_off(model) -> None:
+    """Training with dropout off (batch norm keeps batch statistics), as models.py's own gradient
+    check does: the compiled step and the eager copy's then compute the same function."""
+    import torch
+
+    model.train()
+    for m in model.modules():
+        if not isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+            m.training = False
+
+
 # ---- the child: one first call, timed --------------------------------------------------------------
 def _now() -> tuple[float, float]:
     return time.perf_counter(), time.process_time()
@@ -104,8 +156,10 @@ class Clock:
         self.calls: dict[str, int] = {}
         self.depth: dict[str, int] = {}
 
-    def wrap(self, owner, attr: str, phase: str, after=None) -> bool:
-        """Time ``owner.attr`` as ``phase``; False (nothing wrapped) when it is not there."""
+    def wrap(self, owner, attr: str, phase: str, after=None, outside: str | None = None) -> bool:
+        """Time ``owner.attr`` as ``phase``; False (nothing wrapped) when it is not there. With
+        ``outside``, time spent while no call of that phase is running is also added to
+        ``<phase>_outside`` (a kernel loaded at its first launch, not in ``_load``)."""
         original = getattr(owner, attr, None)
         if original is None:
             print(f"warm_start: {getattr(owner, '__name__', owner)}.{attr} not found; {phase} not measured",
@@ -123,13 +177,26 @@ class Clock:
             if depth == 0:
                 end = _now()
                 self.add(phase, end[0] - start[0], end[1] - start[1])
+                if outside is not None and not self.depth.get(outside, 0):
+                    self.add(f"{phase}_outside", end[0] - start[0], end[1] - start[1])
                 self.calls[phase] = self.calls.get(phase, 0) + 1
                 if after is not None:
                     after(result)
             return result
 
-        setattr(owner, attr, timed)
+        static = isinstance(inspect.getattr_static(owner, attr, None), staticmethod)
+        setattr(owner, attr, staticmethod(timed) if static else timed)
         return True
+
+    def count(self, owner, attr: str, name: str) -> None:
+        """Count every call of ``owner.attr`` (nested ones too) as ``name``."""
+        original = getattr(owner, attr)
+
+        def counted(*args, **kwargs):
+            self.calls[name] = self.calls.get(name, 0) + 1
+            return original(*args, **kwargs)
+
+        setattr(owner, attr, counted)
 
     def add(self, phase: str, wall: float, cpu: float | None = None) -> None:
         self.wall[phase] = self.wall.get(phase, 0.0) + wall
@@ -145,6 +212,7 @@ def _instrument(clock: Clock) -> None:
     import tc_capture.cache.frame_cache as frame_cache
     import tc_inductor
     import tc_inductor.codegen.build as build
+    import tc_inductor.codegen.registry as registry
 
     inductor_compile = sys.modules["tc_inductor.compile"]  # the package's ``compile`` is the function
 
@@ -157,71 +225,167 @@ def _instrument(clock: Clock) -> None:
 
     clock.wrap(inductor_compile, "_load", "kernels")  # kernels built or loaded, and the wrapper's exec
     clock.wrap(tc_inductor, "compile", "inductor")
+    registry._load_builtin()  # tc.compile imported both back ends already: a no-op (checked by the caller)
+    for entry in registry.BACKENDS:
+        backend = type(entry.backend)
+        if entry.name not in ("triton", "cpp"):
+            continue
+        clock.count(backend, "load", f"loaded_{entry.name}")  # one per kernel of a compiled graph
+        for attr in ("start", "load", "_launcher"):  # Triton's _launcher also runs at a first launch
+            if hasattr(backend, attr):
+                clock.wrap(backend, attr, entry.name, outside="kernels")
 
 
 def _phases(clock: Clock, seconds: dict[str, float], first_call: float, imported: float) -> dict[str, float]:
-    """Disjoint phases from the nested wrapped timings (``seconds`` is clock.wall or clock.cpu)."""
-    s = {k: seconds.get(k, 0.0) for k in ("miss", "fake", "autograd", "inductor", "kernels")}
+    """Disjoint phases from the nested wrapped timings (``seconds`` is clock.wall or clock.cpu);
+    ``triton`` and ``cpp`` are parts of ``kernels``."""
+    s = {k: seconds.get(k, 0.0) for k in ("miss", "fake", "autograd", "inductor", "kernels", "triton", "cpp",
+                                          "triton_outside", "cpp_outside")}
+    late = s["triton_outside"] + s["cpp_outside"]  # kernels loaded while running, after their graph's _load
     phases = {"import": imported, "fake": s["fake"], "trace": s["autograd"] - s["inductor"],
-              "lower": s["inductor"] - s["kernels"], "kernels": s["kernels"]}
+              "lower": s["inductor"] - s["kernels"], "kernels": s["kernels"] + late,
+              "triton": s["triton"], "cpp": s["cpp"]}
     # a variant compiled later (the backward's at the first backward) runs outside the capture miss
     compiled_in_miss = min(s["autograd"], max(0.0, s["miss"] - s["fake"]))
     phases["capture"] = max(0.0, s["miss"] - s["fake"] - compiled_in_miss)
-    phases["run"] = max(0.0, first_call - s["miss"] - (s["autograd"] - compiled_in_miss))
+    phases["run"] = max(0.0, first_call - s["miss"] - (s["autograd"] - compiled_in_miss) - late)
     return phases
 
 
-def _check(model, compiled, inputs, task: str, got) -> None:
+def _check(model, compiled, inputs, task: str, got, tol: float) -> None:
     """The warm process's answers are eager's: outputs, and in training the gradients."""
     import torch
 
     if task == "infer":
         with torch.no_grad():
-            torch.testing.assert_close(got, model(*inputs), rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(got, model(*inputs), rtol=tol, atol=tol)
         return
     mine = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
     want = model(*inputs)
-    torch.testing.assert_close(got, want.detach(), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(got, want.detach(), rtol=tol, atol=tol)
     want.float().pow(2).mean().backward()
     for (name, p), g in zip(model.named_parameters(), mine):
-        torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-4, msg=lambda m, name=name: f"grad of {name}: {m}")
+        torch.testing.assert_close(g, p.grad, rtol=tol, atol=tol, msg=lambda m, name=name: f"grad of {name}: {m}")
 
 
-def child(model_name: str, task: str) -> dict:
+def _check_full(reference, inputs, task: str, got, device: str, bench) -> None:
+    """A benchmark-size step's answer against the eager model's (``reference``: the model itself in
+    inference, an eager copy taken before the step in training), as models.py compares its cells."""
+    import torch
+
+    with torch.no_grad(), torch.autocast(device, dtype=torch.bfloat16):
+        want = reference(*inputs)
+        want = want.float().pow(2).mean() if task == "train" else want  # the step's loss
+    err = bench._rel(got.float(), want.float())
+    if not err < 5e-2:  # bf16 autocast, as models.py's check
+        raise AssertionError(f"warm first call differs from eager: relative error {err:.2e}")
+
+
+def _prepare(args):
+    """The user's part: the model on its device, its inputs, and what its answer is checked with."""
+    import torch
+
+    shapes = dict(item.split("=") for item in args.shapes.split(",") if item)
+    if args.full:
+        shape = tuple(int(v) for v in shapes[args.child[0]].split("x")) if args.child[0] in shapes else None
+        model, inputs, bench = build_full(args.child[0], args.device, shape)
+        _dropout_off(model) if args.child[1] == "train" else model.eval()
+        reference = copy.deepcopy(model) if args.child[1] == "train" else model  # the step updates the weights
+        return model, inputs, bench, reference
+    model, inputs = build(args.child[0])
+    model, inputs = model.to(args.device), tuple(t.to(args.device) for t in inputs)
+    model.train() if args.child[1] == "train" else model.eval()
+    torch.manual_seed(0)
+    return model, inputs, None, model
+
+
+def _tiny_step(compiled, inputs, task: str):
+    import torch
+
+    def step():
+        if task == "infer":
+            with torch.no_grad():
+                return compiled(*inputs)
+        out = compiled(*inputs)
+        out.float().pow(2).mean().backward()
+        return out
+    return step
+
+
+class _Profile:
+    """cProfile over some sections of the child (``--profile``), written as text and pstats files."""
+
+    def __init__(self, prefix: str | None):
+        import cProfile
+
+        self.prefix, self.sections = prefix, {}
+        self.make = cProfile.Profile
+
+    def __call__(self, name: str):
+        if self.prefix is None:
+            return contextlib.nullcontext()
+        self.sections[name] = profile = self.make()
+        return profile
+
+    def write(self, title: str) -> None:
+        if self.prefix is None:
+            return
+        import io
+        import pstats
+
+        text = io.StringIO()
+        for name, profile in self.sections.items():
+            profile.dump_stats(f"{self.prefix}_{name}.prof")
+            text.write(f"==== {title}: {name}, top 25 by cumulative time (under cProfile: slower than the table) ====\n")
+            pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(25)
+        with open(f"{self.prefix}.txt", "w") as f:
+            f.write(text.getvalue())
+
+
+def child(args) -> dict:
     start = _now()
     import torch
 
     # The user's part first: torch, the model's library (transformers imports torch._dynamo) and
     # the model. ``import tc`` after it is what tc adds to the process.
-    model, inputs = build(model_name)
-    model.train() if task == "train" else model.eval()
+    model, inputs, bench, reference = _prepare(args)
+    cuda = args.device == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    sync()
     after_torch = _now()
-    import tc
+    profile = _Profile(args.profile_to)
+    with profile("import_and_compile"):
+        import tc
 
-    compiled = tc.compile(model)  # the back ends load here
+        compiled = tc.compile(model)  # the back ends load here
     after_tc = _now()
+    task = args.child[1]
+    step = bench._step_fn(task, compiled, model, inputs, args.device)[0] if bench else _tiny_step(compiled, inputs, task)
     loaded = set(sys.modules)
     clock = Clock()
     _instrument(clock)
     if set(sys.modules) - loaded:  # the wrapping itself must not load what the first call would
         print(f"warm_start: instrumenting imported {sorted(set(sys.modules) - loaded)}", file=sys.stderr)
-    begin = _now()
-    if task == "infer":
-        with torch.no_grad():
-            got = compiled(*inputs)
+    skipped = _now()  # the step's construction (an optimizer) and the instrumenting: not the warm start's
+    with profile("first_call"):
+        begin = _now()
+        got = step()
+        sync()
+        end = _now()
+    profile.write(f"{args.child[0]} {task} on {args.device}")
+    if bench:
+        _check_full(reference, inputs, task, got.detach(), args.device, bench)
     else:
-        got = compiled(*inputs)
-        got.float().pow(2).mean().backward()
-    end = _now()
-    _check(model, compiled, inputs, task, got.detach())
+        _check(model, compiled, inputs, task, got.detach(), 2e-3 if cuda else 1e-4)
     store = tc.backends.artifact_cache()
     misses = {kind: row["misses"] for kind, row in store.counters.by_kind.items() if row["misses"]}
     counts = {"traces": clock.calls.get("traces", 0), "lowerings": clock.calls.get("lowerings", 0),
-              "builds": clock.calls.get("builds", 0), "misses": misses}
+              "builds": clock.calls.get("builds", 0), "misses": misses,
+              "loaded": {b: clock.calls[f"loaded_{b}"] for b in ("triton", "cpp") if clock.calls.get(f"loaded_{b}")}}
     modules = [m for m in ("torch._dynamo", "sympy", "networkx", "triton", "transformers") if m in sys.modules]
     out = {"user": {"wall": after_torch[0] - start[0], "cpu": after_torch[1] - start[1]},
-           "counts": counts, "modules": modules}
+           "counts": counts, "modules": modules, "skipped": skipped[0] - after_tc[0]}
     for i, kind in enumerate(("wall", "cpu")):
         first_call = end[i] - begin[i]
         phases = _phases(clock, getattr(clock, kind), first_call, after_tc[i] - after_torch[i])
@@ -230,25 +394,30 @@ def child(model_name: str, task: str) -> dict:
 
 
 # ---- the parent ----------------------------------------------------------------------------------
-def run_child(model: str, task: str, cache_dir: str) -> dict:
-    env = dict(os.environ, TC_CACHE_DIR=cache_dir, TRITON_CACHE_DIR=os.path.join(cache_dir, "triton"))
-    out = subprocess.run([sys.executable, __file__, "--child", model, task], env=env, capture_output=True,
-                         text=True, check=False)
+def run_child(model: str, task: str, cache_dir: str, args, profile_to: str | None = None) -> dict:
+    env = dict(os.environ, TC_CACHE_DIR=cache_dir, TRITON_CACHE_DIR=os.path.join(cache_dir, "triton"),
+               TORCHINDUCTOR_CACHE_DIR=os.path.join(cache_dir, "torchinductor"))
+    cmd = [sys.executable, __file__, "--child", model, task, "--device", args.device, "--shapes", args.shapes,
+           *(["--full"] if args.full else []), *(["--profile-to", profile_to] if profile_to else [])]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise RuntimeError(f"{model} {task} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def measure(model: str, task: str, repeat: int, kind: str) -> dict:
+def measure(model: str, task: str, args, kind: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="tc-warm-") as cache_dir:
-        cold = run_child(model, task, cache_dir)
-        warm = [run_child(model, task, cache_dir) for _ in range(repeat)]
+        cold = run_child(model, task, cache_dir, args)
+        warm = [run_child(model, task, cache_dir, args) for _ in range(args.repeat)]
+        if args.profile:  # one more warm process, under cProfile: not among the timed ones
+            os.makedirs(args.out, exist_ok=True)
+            run_child(model, task, cache_dir, args, os.path.join(args.out, f"warm_start_profile_{model}_{task}"))
     phases = {p: statistics.median(w[kind]["phases"][p] for w in warm) for p in PHASES}
     counts = warm[-1]["counts"]
-    return {"model": model, "task": task, "cold": cold[kind]["total"], "phases": phases,
-            "user": statistics.median(w["user"][kind] for w in warm),
+    return {"model": model, "task": task, "device": args.device, "full": args.full, "cold": cold[kind]["total"],
+            "phases": phases, "user": statistics.median(w["user"][kind] for w in warm),
             "total": statistics.median(w[kind]["total"] for w in warm), "counts": counts,
-            "modules": warm[-1]["modules"]}
+            "modules": warm[-1]["modules"], "warm_totals": [w[kind]["total"] for w in warm]}
 
 
 def table(rows: list[dict], kind: str) -> str:
@@ -257,35 +426,67 @@ def table(rows: list[dict], kind: str) -> str:
     for r in rows:
         p, c = r["phases"], r["counts"]
         misses = ", ".join(f"{k} {v}" for k, v in sorted(c["misses"].items())) or "0"
+        loaded = ", ".join(f"{k} {v}" for k, v in sorted(c.get("loaded", {}).items())) or "0"
         cells = [r["model"], r["task"], f"{r['cold'] * 1e3:.0f}", f"{r['user'] * 1e3:.0f}"]
         cells += [f"{p[k] * 1e3:.0f}" for k in PHASES] + [f"**{r['total'] * 1e3:.0f}**"]
-        cells += [str(c["traces"]), str(c["lowerings"]), str(c["builds"]), misses]
+        cells += [str(c["traces"]), str(c["lowerings"]), str(c["builds"]), misses, loaded]
         lines.append("| " + " | ".join(cells) + " |")
     what = "CPU ms (user + system, all threads)" if kind == "cpu" else "wall ms"
     loaded = sorted({m for r in rows for m in r["modules"]})
     return "\n".join(lines) + (f"\n({what}; medians over the warm runs; 'cold' is import + first call with an empty "
-                               f"cache; 'total' is import + first call, the 'user' column excluded; counts "
-                               f"are the last warm run's; modules loaded by then: {', '.join(loaded)})")
+                               f"cache; 'total' is import + first call, the 'user' column excluded; 'triton' and "
+                               f"'cpp' are parts of 'kernels'; counts are the last warm run's; modules loaded by "
+                               f"then: {', '.join(loaded)})")
 
 
-def main() -> None:
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--models", help=f"default: {','.join(MODELS)}; with --full: {','.join(FULL_MODELS)}")
     parser.add_argument("--tasks", default=",".join(TASKS))
     parser.add_argument("--repeat", type=int, default=2, help="warm runs per cell (median)")
     parser.add_argument("--cpu", action="store_true", help="CPU seconds instead of wall time")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--full", action="store_true", help="benchmarks/models.py's models at benchmark size")
+    parser.add_argument("--shapes", default="", help="with --full, as models.py's: e.g. bert=32x512,resnet50=2")
+    parser.add_argument("--profile", action="store_true", help="one more warm process per cell under cProfile")
+    parser.add_argument("--out", default=os.environ.get("OUT", "bench_out"), help="--profile's files (default $OUT)")
     parser.add_argument("--child", nargs=2, metavar=("MODEL", "TASK"), help=argparse.SUPPRESS)
+    parser.add_argument("--profile-to", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(*args.child)))
+        return args
+    known = FULL_MODELS if args.full else MODELS
+    args.models = args.models or ",".join(known)
+    unknown = [m for m in args.models.split(",") if m not in known]
+    if unknown or not set(args.tasks.split(",")) <= set(TASKS):
+        parser.error(f"unknown models {unknown} (known{' with --full' if args.full else ''}: {', '.join(known)}) "
+                     f"or tasks {args.tasks} (known: {', '.join(TASKS)})")
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            parser.error("--device cuda: torch.cuda.is_available() is False here (no GPU, no driver, or a CPU "
+                         f"build of torch {torch.__version__}); run it on the GPU host or use --device cpu")
+    return args
+
+
+def main() -> None:
+    args = _arguments()
+    if args.child:
+        print(json.dumps(child(args)))
         return
     kind = "cpu" if args.cpu else "wall"
     rows = []
     for model in args.models.split(","):
         for task in args.tasks.split(","):
-            rows.append(measure(model, task, args.repeat, kind))
+            rows.append(measure(model, task, args, kind))
             print(f"{model} {task}: warm start {rows[-1]['total'] * 1e3:.0f} ms", file=sys.stderr)
     print(table(rows, kind))
+    if args.profile:
+        path = os.path.join(args.out, "warm_start.json")
+        with open(path, "w") as f:
+            json.dump({"kind": kind, "rows": rows, "table": table(rows, kind)}, f, indent=1)
+        print(f"profiles and {path} written", file=sys.stderr)
 
 
 if __name__ == "__main__":
