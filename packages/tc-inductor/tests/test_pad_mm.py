@@ -1,8 +1,8 @@
-"""Padded row strides for matmul operands and results (``pad_mm_operands``, padding.py).
+"""Padded GEMM dims (``pad_mm_operands``, padding.py).
 
-On the CPU the option is "always" here, so the padding paths (padded kernel stores, ``out=``
-matmuls, the padded copy of an input) run in CI; values must equal eager's and graph outputs
-keep eager's strides."""
+On the CPU the option is "always" here, so the padding paths (padded operands, sliced products,
+outputs computed chunk by chunk into eager's layout by ``gemm_rows_out``) run in CI; values must
+equal eager's and graph outputs keep eager's strides."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ import torch
 import tc_inductor
 import tc_ir
 from tc_inductor.config import Options
-from tc_inductor.padding import padded_stride
+from tc_inductor import padding
+from tc_inductor.padding import chunking, gemm_rows_out_op, pad_gemm_dims
 
 aten = torch.ops.aten
 PAD = {"cache": False, "pad_mm_operands": "always"}
@@ -41,27 +42,24 @@ def _check(g, inputs, options):
 
 
 def _allocated_strides(source: str) -> list[tuple]:
-    found = re.findall(r"(?:empty_strided|zeros_padded)\(\((.*?)\), \((.*?)\)", source)
+    found = re.findall(r"empty_strided\(\((.*?)\), \((.*?)\)", source)
     return [(tuple(int(v) for v in s.split(",") if v.strip()), tuple(int(v) for v in t.split(",") if v.strip()))
             for s, t in found]
 
 
-# ---- the layout rule --------------------------------------------------------------------------------
+# ---- the chunking rule -----------------------------------------------------------------------------
 
-def test_padded_stride_rule():
-    bf16, f32 = torch.bfloat16, torch.float32
-    assert padded_stride((4096, 50257), (50257, 1), bf16, CUDA, "auto") == (50264, 1)
-    assert padded_stride((4096, 50257), (50257, 1), f32, CUDA, "auto") == (50260, 1)
-    assert padded_stride((8, 512, 50257), (512 * 50257, 50257, 1), bf16, CUDA, "auto") == (512 * 50264, 50264, 1)
-    assert padded_stride((50257, 4096), (1, 50257), bf16, CUDA, "auto") == (1, 50264)  # column-major
-    assert padded_stride((4096, 50257), (50257, 1), bf16, "cpu", "auto") is None  # auto: CUDA only
-    assert padded_stride((4096, 50257), (50257, 1), bf16, CUDA, "never") is None
-    assert padded_stride((4096, 768), (768, 1), bf16, CUDA, "auto") is None  # aligned already
-    assert padded_stride((4096, 50257), (50257, 1), torch.float64, CUDA, "auto") is None
-    assert padded_stride((64, 37), (37, 1), bf16, CUDA, "auto") is None  # small: launch-bound
-    assert padded_stride((64, 37), (37, 1), bf16, "cpu", "always") == (40, 1)
-    assert padded_stride((1, 37), (37, 1), bf16, "cpu", "always") is None  # one row: nothing to align
-    assert padded_stride((64, 37), (1, 64), bf16, "cpu", "always") is None  # rows of 64: aligned
+def test_chunking_rule():
+    # GPT-2's logits [8192, 50264] bf16: 1024 rows a chunk (1/8, 98 MiB), not 667 (64 MiB)
+    assert chunking((), 8192, 50264, 2) == (1, 1024)
+    assert chunking((), 4096, 50264, 2) == (1, 664)  # 64 MiB is more than 1/8 of 4096 rows
+    assert chunking((), 1000, 40, 4) == (1, 1000)  # fits: one chunk
+    assert chunking((12,), 512, 520, 2) == (12, 512)  # whole matrices while they fit
+    assert chunking((48,), 1024, 1032, 2) == (31, 1024)
+    batches, rows = chunking((), 100_000, 131_072, 2)
+    # the workspace stays within the larger of WORKSPACE_BYTES and 1/8 of the product
+    assert batches == 1 and rows % 8 == 0 and rows * 131_072 * 2 <= max(padding.WORKSPACE_BYTES, 100_000 * 131_072 * 2 / 8)
+    assert chunking((), 40_000, 50264, 2)[1] * 50264 * 2 <= max(padding.WORKSPACE_BYTES, 40_000 * 50264 * 2 / 8)
 
 
 def test_option_is_validated_and_in_the_cache_key():
@@ -120,25 +118,30 @@ def _contiguous(shape):
 
 
 def test_gemm_dims_are_padded_and_sliced_back():
-    """An LM head: [16, 37] @ [37, 1001]^T as a graph output. M stays (16 is aligned), K and N are
-    zero-padded (the weight through its transpose: one pad of the base), the product sliced back
-    and, being an output, copied into eager's contiguous layout."""
-    from tc_inductor.padding import pad_gemm_dims
-
+    """An LM head: [16, 37] @ [37, 1001]^T. Read inside the graph (tanh of the logits), K and N
+    are zero-padded (the weight through its transpose: one pad of the base) and the product
+    sliced back; as a graph output it is computed by gemm_rows_out into eager's contiguous
+    layout, with only K padded (the transposed weight's leading dim is K: its last (< 8)
+    columns are a thin GEMM of their own, so the weight is not copied for N)."""
     x, w = torch.randn(16, 37), torch.randn(1001, 37)
-    g, (xi, wi) = _graph([x, w])
-    logits = g.call(aten.mm.default, g.call(aten.tanh.default, xi), g.call(aten.t.default, wi))
-    g.output(g.call(aten.view.default, logits, [4, 4, 1001]))
-    assert pad_gemm_dims(g, "never") is g and pad_gemm_dims(g, "auto") is g  # auto: CUDA only
-    padded = pad_gemm_dims(g, "always")
-    targets = [n.target for n in padded.calls]
-    # x padded along K, w along K and N (two pads of one tensor: one kernel after lowering)
-    assert targets.count(aten.constant_pad_nd.default) == 3 and aten.clone.default in targets
-    mm = next(n for n in padded.calls if n.target is aten.mm.default)
-    assert tuple(mm.spec.shape) == (16, 1004) and tuple(mm.args[1].spec.shape) == (40, 1004)
-    assert mm.args[1].target is aten.t.default  # the pad is of the weight, not of its transpose
-    for backend in BACKENDS:
-        _check(g, [x, w], {**PAD, "backend": backend})
+    for as_output in (False, True):
+        g, (xi, wi) = _graph([x, w])
+        logits = g.call(aten.mm.default, g.call(aten.tanh.default, xi), g.call(aten.t.default, wi))
+        g.output(g.call(aten.view.default, logits if as_output else g.call(aten.tanh.default, logits), [4, 4, 1001]))
+        assert pad_gemm_dims(g, "never") is g and pad_gemm_dims(g, "auto") is g  # auto: CUDA only
+        padded = pad_gemm_dims(g, "always")
+        targets = [n.target for n in padded.calls]
+        gemm = next(n for n in padded.calls if n.target in (aten.mm.default, gemm_rows_out_op))
+        weight = gemm.args[2 if as_output else 1]  # gemm_rows_out's first argument is the GEMM's kind
+        assert weight.target is aten.t.default  # the pad is of the weight, not of its transpose
+        if as_output:
+            assert targets.count(aten.constant_pad_nd.default) == 2 and gemm.target is gemm_rows_out_op
+            assert tuple(weight.spec.shape) == (40, 1001) and aten.clone.default not in targets
+        else:  # x along K, w along K and N (two pads of one tensor: one kernel after lowering)
+            assert targets.count(aten.constant_pad_nd.default) == 3 and aten.slice.Tensor in targets
+            assert tuple(gemm.spec.shape) == (16, 1004) and tuple(gemm.args[1].spec.shape) == (40, 1004)
+        for backend in BACKENDS:
+            _check(g, [x, w], {**PAD, "backend": backend})
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

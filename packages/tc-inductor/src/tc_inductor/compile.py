@@ -203,7 +203,7 @@ def _generate(lowered: LoweredGraph, sched: Schedule, opts: Options, graph: tc_i
         tc_ir.logs.dump("kernel", name, kir.format_kernel(kernel, name) + "\n\n" + source)
     extern_names = {s.name: f"ext_{s.name}" for s in sched.steps if isinstance(s, ExternCall)}
     writes = inplace.plan(lowered, sched.steps, _layouts(lowered), dict(opts.inplace_outputs), reads_of)
-    targets = {extern_names[s.name]: writes.externs[s.name][0] if s.name in writes.externs else s.out_variant or s.target
+    targets = {extern_names[s.name]: writes.externs[s.name][0] if s.name in writes.externs else s.target
                for s in sched.steps if isinstance(s, ExternCall)}
     stats["inplace_outputs"] = len(writes.buffers) + sum(len(m) for _, m in writes.externs.values())
     start = time.perf_counter()

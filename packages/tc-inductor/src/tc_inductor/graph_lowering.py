@@ -20,7 +20,7 @@ import tc_ir
 from tc_ir import Node, TensorSpec
 from tc_ir.spec import contiguous_strides
 
-from . import kir, layout, padding, split_reduction
+from . import kir, layout, split_reduction
 from .codegen.registry import choose_backend
 from .cond import lower_cond
 from .decompositions import EXTERN_PREFERRED, corrected_spec, trace_decomposition
@@ -81,8 +81,6 @@ class GraphLowering:
         self._stored_bases: dict = {}  # Pointwise -> BufferValue: view bases stored for externs
         self.seeds: dict[str, tuple] = {}  # seed buffer name -> (device, slots used)
         self.size_plan = binding_plan(graph)  # raises SymbolicUnsupported for sizes it cannot bind
-        self._pad_mode = padding.mode(options) if not self.size_plan else "never"
-        self._pad = padding.candidates(graph, self._pad_mode)  # nodes that may be stored padded
         # nodes stored channels-last around convolutions (layout.py); static graphs only
         use_cl = not self.size_plan and layout.enabled(graph, example_inputs, layout.mode(options))
         self._cl = layout.region(graph, options.get("free_outputs", ())) if use_cl else set()
@@ -247,11 +245,6 @@ class GraphLowering:
                 value.preferred_stride = leaf.stride  # realized as eager would lay it out
         if node in self._cl and isinstance(result, Pointwise):  # conv region: stored NHWC
             result.preferred_stride = layout.channels_last_strides(tuple(result.shape))
-        if node in self._pad and isinstance(result, Pointwise) and isinstance(node.spec, TensorSpec):
-            stride = getattr(result, "preferred_stride", None) or contiguous_strides(result.shape)
-            padded = padding.padded_stride(result.shape, tuple(stride), result.dtype, result.device, self._pad_mode)
-            if padded is not None:  # a matmul reads it: rows aligned for the vendor GEMM
-                result.preferred_stride = padded
         return self._maybe_realize(node, result)
 
     def _input(self, node: Node) -> Any:
@@ -269,8 +262,6 @@ class GraphLowering:
         if not isinstance(example, torch.Tensor):
             return RuntimeValue(node.name)
         value = BufferValue(node.name, example.shape, example.stride(), example.dtype, example.device)
-        padded = padding.padded_stride(tuple(example.shape), tuple(example.stride()), example.dtype, example.device,
-                                       self._pad_mode) if node in self._pad else None
         if node in self._cl_inputs and not layout.same_order(tuple(example.shape), tuple(example.stride()),
                                                              layout.channels_last_strides(tuple(example.shape))):
             # A convolution reads this NCHW input: the first extern call that reads it stores
@@ -278,14 +269,7 @@ class GraphLowering:
             copy = Pointwise(value.shape, value.dtype, value.device, value.load)
             copy.preferred_stride = layout.channels_last_strides(tuple(value.shape))
             return copy
-        if padded is None:
-            return value
-        # A matmul reads this input, whose rows are not 16-byte aligned: the first extern call
-        # that reads it stores one padded copy (realize_for_extern), which later ones share;
-        # kernels keep reading the input itself.
-        copy = Pointwise(value.shape, value.dtype, value.device, value.load)
-        copy.preferred_stride = padded
-        return copy
+        return value
 
     def lower_call(self, node: Node, target: Any, spec: Any, args: tuple, kwargs: dict) -> Any:
         if target is tc_ir.ops.cond:
@@ -379,14 +363,8 @@ class GraphLowering:
             (args, kwargs), lambda v: self.realize_for_extern(v) if isinstance(v, Pointwise) else v)
         name = self.new_name("extern")
         outputs = _extern_outputs(name, spec)
-        out_variant = None
-        if target in padding.MATMUL_OUT and node in self._pad and isinstance(outputs, BufferValue):
-            padded = padding.padded_stride(outputs.shape, outputs.stride, outputs.dtype, outputs.device, self._pad_mode)
-            if padded is not None:  # the GEMM writes an aligned C, through the out= overload
-                outputs = outputs.restrided(outputs.shape, padded, 0)
-                out_variant = padding.MATMUL_OUT[target]
         outputs = self._extern_layout(node, outputs)
-        self.steps.append(ExternCall(name, target, args, kwargs, outputs, mutates, reason, out_variant=out_variant))
+        self.steps.append(ExternCall(name, target, args, kwargs, outputs, mutates, reason))
         self.extern_reasons[tc_ir.target_name(target) if _nameable(target) else str(target)] = reason
         log.debug("extern %s: %s", target, reason)
         return outputs if outputs is not None else RuntimeValue(name)

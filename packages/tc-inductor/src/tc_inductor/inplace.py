@@ -118,7 +118,7 @@ def _memo(reads_of: Any) -> Any:
 def _plan_extern(step: ExternCall, position: int, wanted: dict, free_after: Any, result: InplacePlan,
                  taken: set) -> None:
     overload = inplace_overload(step.target)
-    if overload is None or step.out_variant is not None or not step.args:
+    if overload is None or not step.args:
         return
     outputs, selves = step.outputs, step.args[0]
     if not isinstance(outputs, (tuple, list)) or not isinstance(selves, (tuple, list)) or len(outputs) != len(selves):

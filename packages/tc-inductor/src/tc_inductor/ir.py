@@ -132,9 +132,6 @@ class ExternCall:
     reason: str = ""
     # set by the scheduler on a mutating call: later steps are ordered after it (no fusion across)
     barrier_after: bool = False
-    # the ``out=`` overload the wrapper calls instead, into an ``outputs`` buffer it allocates
-    # (a matmul result with padded rows, see padding.py); ``target`` stays the functional op
-    out_variant: Any = None
 
 
 @attrs.define(eq=False)

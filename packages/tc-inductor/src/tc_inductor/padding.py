@@ -1,22 +1,21 @@
-"""Aligned GEMMs (option ``pad_mm_operands``): padded dims (``pad_gemm_dims``, at the end of this
-module, run before lowering), then padded row strides for what is still unaligned.
+"""Aligned GEMMs (option ``pad_mm_operands``): every large GEMM of unaligned M, N or K is computed
+on zero-padded operands and its result sliced back (``pad_gemm_dims``, run on the graph before
+lowering).
 
-cuBLAS runs its fast GEMM kernels only when every matrix's leading dimension is a multiple of
-16 bytes. A bf16 matrix of 50257 columns (GPT-2's vocabulary) has rows of 100514 bytes, so each
-GEMM touching it falls back to an unaligned kernel (``..._align1``), about 5x slower on an H200.
-Here we give such matrices a padded row stride (rounded up to 16 bytes); the padding is never
-read, and values are unchanged. Which values, decided over the graph before lowering:
+cuBLAS runs its fast GEMM kernels only when the matrices are 16-byte aligned. With torch 2.11's
+cuBLAS on an H100, a bf16 GEMM whose M, N or K is not a multiple of 8 runs an unaligned kernel
+(``..._align1``) whatever its leading dims: GPT-2's LM head ``[4096, 768] @ [768, 50257]`` took
+3.3 ms, and 3.25 ms when only its rows were given a padded stride; with N padded to 50264, 0.5 ms.
+So the dims themselves are padded: operands with zeros (a padded K adds 0 to every sum; padded M
+rows and N columns are cut off), one pad kernel per operand (fused into its producer when that is
+computed, e.g. the autocast cast of a weight). Aligned dims make aligned rows, so no buffer needs a
+padded row stride.
 
-- a computed value that an ``mm``/``addmm``/``bmm``/``baddbmm``/``_scaled_mm`` reads (directly or
-  through views): the buffer it is stored in gets padded strides, and generated kernels write and
-  read it through them;
-- the result of such a matmul: allocated padded by the wrapper and computed by the ``out=``
-  overload, so the GEMM writes an aligned C;
-- a graph input such a matmul reads: copied once into a padded buffer, before the first matmul
-  that needs it (one read + write; the aligned GEMM saves far more at these sizes).
-
-Never a value whose storage can reach a graph output (through views): outputs keep the strides
-eager gives them.
+A result read inside the graph is a slice (a strided view) of the padded product that kernels
+read in place. A result that is a graph output (or is mutated) must be a tensor of eager's
+contiguous layout: it is computed by :func:`gemm_rows_out` in chunks of rows, each chunk's padded
+product written into one reusable workspace and copied into its rows of the output, so the extra
+memory is one chunk (at most ``WORKSPACE_BYTES``), not a second product (GPT-2's logits: 0.8 GB).
 """
 
 from __future__ import annotations
@@ -29,25 +28,28 @@ import torch
 import tc_ir
 from tc_ir import Node, TensorSpec
 
-from .ir import is_dense
+from .decompositions import EXTERN_PREFERRED
 
 aten = torch.ops.aten
 
 ALIGN_BYTES = 16
-# "auto" pads only where it pays: rows of at least 64 elements (the padding, at most 15 bytes a
-# row, then costs at most ~11% of the memory; 0.01% at 50257 columns) and tensors of at least
-# 1 MiB (below that a GEMM is bound by its launch and the input copy would cost more than the
-# unaligned kernel loses).
+# "auto" pads only where it pays: dims of at least 64 elements (the padding, at most 7 bf16 rows
+# or columns, then costs at most ~11% of the work; 0.01% at 50257) and GEMMs touching a tensor of
+# at least 1 MiB (below that a GEMM is bound by its launch, and the pad copies would cost more
+# than the unaligned kernel loses).
 MIN_ROW_ELEMENTS = 64
 MIN_BYTES = 1 << 20
+# A chunked GEMM (gemm_rows_out) holds at most this much workspace, but takes at least
+# MIN_CHUNK_ROWS rows a chunk: below ~1k rows a GEMM fills an H100's 132 SMs with fewer tiles and
+# the chunks' extra launches start to show. GPT-2's logits: 1024 rows of 50264, 98 MiB (1/8 of them).
+WORKSPACE_BYTES = 64 << 20
+MIN_CHUNK_ROWS = 1024
 
-MATMUL_OUT = {aten.mm.default: aten.mm.out, aten.addmm.default: aten.addmm.out,
-              aten.bmm.default: aten.bmm.out, aten.baddbmm.default: aten.baddbmm.out}
 # Positions of the two GEMM operands (an addmm's bias is not read as a GEMM matrix).
 GEMM_OPERANDS = {aten.mm.default: (0, 1), aten.addmm.default: (1, 2), aten.bmm.default: (0, 1),
                  aten.baddbmm.default: (1, 2)}
-if hasattr(aten, "_scaled_mm"):  # fp8 operands are 1 byte, so in practice only bf16/fp32 ones pad
-    GEMM_OPERANDS[aten._scaled_mm.default] = (0, 1)
+_KINDS = {aten.mm.default: "mm", aten.addmm.default: "addmm", aten.bmm.default: "bmm",
+          aten.baddbmm.default: "baddbmm"}
 
 # Copying views: lowered as views of their source (a window on it when an extern reads them).
 _COPY_VIEWS = {"_unsafe_view", "view_copy", "permute_copy", "t_copy", "transpose_copy", "expand_copy",
@@ -58,50 +60,8 @@ def mode(options: Any) -> str:
     return options.get("pad_mm_operands", "auto")
 
 
-def padded_stride(shape: tuple, stride: tuple, dtype: torch.dtype, device: Any, how: str) -> tuple | None:
-    """``stride`` with the innermost dim's rows rounded up to 16 bytes, or None where ``how``
-    ("auto", "always", "never") leaves this layout alone: already aligned, not dense, not a
-    2- or 4-byte dtype, and under "auto" not on CUDA or below the size thresholds."""
-    if how == "never" or dtype.itemsize not in (2, 4) or not _static(shape, stride):
-        return None
-    order = sorted(range(len(shape)), key=lambda d: (stride[d], -d))  # innermost first
-    if not order or stride[order[0]] != 1 or not is_dense(shape, stride):
-        return None
-    inner = order[0]
-    row = shape[inner]
-    if row < 2 or row * dtype.itemsize % ALIGN_BYTES == 0 or math.prod(shape) == row:
-        return None
-    if how == "auto" and (torch.device(device).type != "cuda" or row < MIN_ROW_ELEMENTS
-                          or math.prod(shape) * dtype.itemsize < MIN_BYTES):
-        return None
-    per_row = ALIGN_BYTES // math.gcd(ALIGN_BYTES, dtype.itemsize)
-    new = list(stride)
-    running = -(-row // per_row) * per_row
-    for d in order[1:]:
-        new[d] = running
-        running *= max(shape[d], 1)
-    return tuple(new)
-
-
 def _static(*values) -> bool:
     return all(isinstance(v, int) for vs in values for v in vs)
-
-
-def candidates(graph: tc_ir.Graph, how: str) -> set[Node]:
-    """Nodes whose value may be stored padded: the (pre-view) bases of matmul operands, inputs
-    included, and matmul results; none that reaches an output or is written in place."""
-    if how == "never":
-        return set()
-    escaping_nodes = escaping([v for v in tc_ir.leaves(graph.outputs) if isinstance(v, Node)])
-    found: set[Node] = set()
-    for node in graph.calls:
-        positions = GEMM_OPERANDS.get(node.target, ())
-        for i in positions:
-            if i < len(node.args) and isinstance(node.args[i], Node):
-                found.add(_view_base(node.args[i]))
-        if node.target in MATMUL_OUT:
-            found.add(node)
-    return {n for n in found if n.op in ("input", "call") and n not in escaping_nodes and not _mutated(n)}
 
 
 def is_view(target: Any) -> bool:
@@ -111,12 +71,6 @@ def is_view(target: Any) -> bool:
     if schema.name.split("::")[-1] in _COPY_VIEWS:
         return True
     return not schema.is_mutable and any(r.alias_info is not None for r in schema.returns)
-
-
-def _view_base(node: Node) -> Node:
-    while node.op == "call" and is_view(node.target) and node.args and isinstance(node.args[0], Node):
-        node = node.args[0]
-    return node
 
 
 def escaping(roots: list[Node]) -> set[Node]:
@@ -146,21 +100,14 @@ def _mutated(node: Node) -> bool:
 
 
 # ---- padded GEMM dims ---------------------------------------------------------------------------
-# A padded row stride is not always enough: with torch 2.11's cuBLAS on an H100, a bf16 GEMM whose
-# M, N or K is not a multiple of 8 runs an unaligned kernel whatever its leading dims (GPT-2's
-# [4096, 768] @ [768, 50257]: 3.3 ms; with N padded to 50264: 0.5 ms). So before lowering, each
-# large GEMM gets operands padded to aligned dims (zeros: a padded K adds 0 to every sum) and its
-# result is sliced back: one pad kernel per operand (fused into its producer when computed, e.g. the
-# autocast cast of a weight) and, for a result that reaches a graph output, one copy into eager's
-# contiguous layout.
 
 _TRANSPOSES = {aten.t.default, aten.transpose.int, aten.permute.default}
-_PADDED_GEMMS = (aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default)
+_PADDED_GEMMS = tuple(_KINDS)
 
 
 def pad_gemm_dims(graph: tc_ir.Graph, how: str) -> tc_ir.Graph:
     """``graph`` with every large GEMM (``mm``, ``addmm``, ``bmm``, ``baddbmm``) of unaligned M, N or K
-    computed on padded operands and sliced back (see above); unchanged under "never"."""
+    computed on padded operands (see the module docstring); unchanged under "never"."""
     if how == "never" or not any(_gemm_pads(n, how) for n in graph.calls):
         return graph
     graph = graph.copy()
@@ -171,9 +118,8 @@ def pad_gemm_dims(graph: tc_ir.Graph, how: str) -> tc_ir.Graph:
         if not pads:
             continue
         with graph.inserting_before(node):
-            new = _padded_gemm(graph, node, *pads, memo)
-            if node in outputs or _mutated(node):  # outputs keep eager's (contiguous) layout
-                new = graph.call(aten.clone.default, new, kwargs={"memory_format": torch.contiguous_format})
+            # outputs keep eager's (contiguous) layout: computed into it chunk by chunk
+            new = _padded_gemm(graph, node, *pads, memo, into_rows=node in outputs or _mutated(node))
         node.replace_all_uses_with(new)
         graph.replace_output(node, new)
         graph.erase(node)
@@ -200,18 +146,29 @@ def _gemm_pads(node: Node, how: str) -> tuple | None:
     return ((m, k, n), padded) if padded != (m, k, n) and min(m, k, n) > 0 else None
 
 
-def _padded_gemm(graph: tc_ir.Graph, node: Node, dims: tuple, padded: tuple, memo: dict) -> Node:
+def _padded_gemm(graph: tc_ir.Graph, node: Node, dims: tuple, padded: tuple, memo: dict, into_rows: bool) -> Node:
     (m, _, n), (mp, kp, np_) = dims, padded
     i, j = GEMM_OPERANDS[node.target]
+    a, b = node.args[i], node.args[j]
+    if into_rows:
+        # gemm_rows_out splits off the last (< 8) rows and columns instead: M and N are padded
+        # only where they are the operand's contiguous dim (its leading dim), as K always is
+        mp = mp if a.spec.stride[-2] == 1 and a.spec.shape[-1] != 1 else m
+        np_ = np_ if b.spec.stride[-1] == 1 and b.spec.shape[-2] != 1 else n
     args = list(node.args)
-    args[i] = _pad_dim(graph, _pad_dim(graph, args[i], -2, mp, memo), -1, kp, memo)
-    args[j] = _pad_dim(graph, _pad_dim(graph, args[j], -2, kp, memo), -1, np_, memo)
+    args[i] = _pad_dim(graph, _pad_dim(graph, a, -2, mp, memo), -1, kp, memo)
+    args[j] = _pad_dim(graph, _pad_dim(graph, b, -2, kp, memo), -1, np_, memo)
     if i == 1 and isinstance(args[0], Node):  # addmm/baddbmm: the bias broadcasts to [..., M, N]
         bias_shape = tuple(args[0].spec.shape)
         if bias_shape and bias_shape[-1] == n:
             args[0] = _pad_dim(graph, args[0], -1, np_, memo)
         if len(bias_shape) >= 2 and bias_shape[-2] == m:
             args[0] = _pad_dim(graph, args[0], -2, mp, memo)
+    if into_rows:
+        alpha, beta = node.kwargs.get("alpha", 1), node.kwargs.get("beta", 1)
+        batches, rows = chunking(tuple(node.spec.shape[:-2]), mp, np_, node.spec.dtype.itemsize)
+        return graph.call(gemm_rows_out_op, _KINDS[node.target], args[i], args[j], args[0] if i == 1 else None,
+                          m, n, float(alpha), float(beta), batches, rows, spec=node.spec)
     result = graph.call(node.target, *args, kwargs=dict(node.kwargs))
     rank = len(node.spec.shape)
     if mp != m:
@@ -250,3 +207,107 @@ def _transposed_dim(view: Node, dim: int) -> int:
         d0, d1 = (d % rank for d in view.args[1:3])
         return d1 if dim == d0 else d0 if dim == d1 else dim
     return view.args[1][dim] % rank
+
+
+# ---- a padded GEMM computed into eager's layout, a chunk of rows at a time ------------------------
+
+def chunking(batch: tuple, mp: int, np_: int, itemsize: int) -> tuple[int, int]:
+    """(batches, rows) of one chunk of a ``[*batch, mp, np_]`` product: whole matrices while they
+    fit ``WORKSPACE_BYTES``, else row blocks of one matrix: a multiple of 8 rows (each chunk's M
+    stays aligned), as many as fit ``WORKSPACE_BYTES`` but, up to ``MIN_CHUNK_ROWS``, at least 1/8
+    of the matrix's rows (a GEMM of few rows fills the GPU less)."""
+    matrix = mp * np_ * itemsize
+    if matrix <= WORKSPACE_BYTES:
+        return max(1, min(math.prod(batch), WORKSPACE_BYTES // max(matrix, 1))), mp
+    fit = WORKSPACE_BYTES // (np_ * itemsize) // 8 * 8
+    rows = max(fit, min(MIN_CHUNK_ROWS, -(-mp // 64) * 8), 8)
+    return 1, min(rows, mp)
+
+
+def gemm_rows_out(kind: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, m: int, n: int,
+                  alpha: float, beta: float, batches: int, rows: int) -> torch.Tensor:
+    """``kind`` ("mm", "addmm", "bmm", "baddbmm") of operands ``a`` ``[..., Ma, Kp]`` and ``b``
+    ``[..., Kp, Nb]`` (and ``bias``, broadcasting to ``[..., Ma, Nb]``; padded rows and columns
+    beyond ``m``, ``n`` are zeros), returned as a new contiguous ``[..., m, n]`` tensor.
+
+    The aligned block, the first ``Ma`` and ``Nb`` rounded down to 8 (16 bytes), is computed
+    ``batches`` matrices x ``rows`` rows at a time into one contiguous workspace (an aligned C)
+    and copied into the output's rows; the last (< 8) columns and rows, if unaligned, by one
+    thin GEMM each."""
+    batch = tuple(a.shape[:-2])
+    per = max(1, ALIGN_BYTES // a.element_size())
+    m_main = a.shape[-2] // per * per  # beyond m where a's rows are padded: those are cut off
+    n_main = min(b.shape[-1] // per * per, -(-n // per) * per)
+    out = a.new_empty((*batch, m, n))
+    if out.numel() == 0:
+        return out
+    total = math.prod(batch)
+    if m_main and n_main:
+        space = _workspace(a, min(batches, total) * min(rows, m_main) * n_main)
+        for b0 in range(0, total, batches) if batch else (None,):
+            b1 = None if b0 is None else min(b0 + batches, total)
+            for r0 in range(0, m_main, rows):
+                r1 = min(r0 + rows, m_main)
+                shape = (r1 - r0, n_main) if b0 is None else (b1 - b0, r1 - r0, n_main)
+                chunk = space[:math.prod(shape)].view(shape)
+                _gemm_into(kind, _part(a, b0, b1, r0, r1), _part(b, b0, b1, None, None, 0, n_main),
+                           _part(bias, b0, b1, r0, r1, 0, n_main), alpha, beta, chunk)
+                end = min(r1, m)
+                cols = min(n, n_main)
+                (out if b0 is None else out[b0:b1])[..., r0:end, :cols].copy_(chunk[..., :end - r0, :cols])
+    if n_main < n:  # the last columns of every row
+        out[..., n_main:].copy_(_gemm(kind, a[..., :m, :], _part(b, None, None, None, None, n_main, n),
+                                      _part(bias, None, None, 0, m, n_main, n), alpha, beta))
+    if m_main < m and n_main:  # the last rows
+        out[..., m_main:, :n_main].copy_(_gemm(kind, a[..., m_main:m, :], _part(b, None, None, None, None, 0, n_main),
+                                               _part(bias, None, None, m_main, m, 0, n_main), alpha, beta)[..., :n])
+    return out
+
+
+def _workspace(like: torch.Tensor, numel: int) -> torch.Tensor:
+    return like.new_empty((numel,))
+
+
+def _part(t: torch.Tensor | None, b0: int | None, b1: int | None, r0: int | None, r1: int | None,
+          c0: int | None = None, c1: int | None = None) -> torch.Tensor | None:
+    """Matrices ``b0:b1``, rows ``r0:r1`` and columns ``c0:c1`` of ``t``; a dim of size 1 broadcasts
+    and is kept whole (a bias ``[N]``, ``[1, N]``, ``[M, 1]``, or ``[1, M, N]`` of a baddbmm)."""
+    if t is None:
+        return None
+    if c0 is not None and t.dim() >= 1 and t.shape[-1] != 1:
+        t = t[..., c0:c1]
+    if r0 is not None and t.dim() >= 2 and t.shape[-2] != 1:
+        t = t[..., r0:r1, :]
+    if b0 is not None and t.dim() == 3 and t.shape[0] != 1:
+        t = t[b0:b1]
+    return t
+
+
+def _gemm(kind: str, a, b, bias, alpha: float, beta: float) -> torch.Tensor:
+    if kind in ("mm", "bmm"):
+        return torch.matmul(a, b)
+    fn = torch.addmm if kind == "addmm" else torch.baddbmm
+    return fn(bias, a, b, beta=beta, alpha=alpha)
+
+
+def _gemm_into(kind: str, a, b, bias, alpha: float, beta: float, out: torch.Tensor) -> None:
+    if kind == "mm":
+        torch.mm(a, b, out=out)
+    elif kind == "bmm":
+        torch.bmm(a, b, out=out)
+    elif kind == "addmm":
+        torch.addmm(bias, a, b, beta=beta, alpha=alpha, out=out)
+    else:
+        torch.baddbmm(bias, a, b, beta=beta, alpha=alpha, out=out)
+
+
+def _gemm_rows_out_fake(kind, a, b, bias, m, n, alpha, beta, batches, rows):
+    return a.new_empty((*a.shape[:-2], m, n))
+
+
+# A torch op, so graphs, the tc_ir interpreter, FakeTensors and the compile cache (by its name,
+# ``tc_inductor.gemm_rows_out.default``) see it as any ATen call; the lowering keeps it an extern call.
+_op = torch.library.custom_op("tc_inductor::gemm_rows_out", mutates_args=())(gemm_rows_out)
+_op.register_fake(_gemm_rows_out_fake)
+gemm_rows_out_op = torch.ops.tc_inductor.gemm_rows_out.default
+EXTERN_PREFERRED.add(gemm_rows_out_op)  # a vendor GEMM per chunk: never decomposed, returns new memory

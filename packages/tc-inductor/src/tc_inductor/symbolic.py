@@ -28,7 +28,7 @@ from .kir import FloorDiv, ModIndex, Ops, UOp
 _RESERVED = re.compile(r"^(x\d+|r\d+|ind_.*|buf\d+|extern\d+.*|ptr_.*|const_.*|seeds_.*|tmp\d+|in_ptr\d+|"
                        r"out_ptr\d+|seed\d+|acc_.*|idx_.*|row\d+|red\d+|xnumel|rnumel|xindex|rindex|xmask|rmask|"
                        r"xoffset|roffset|rbase|args|tc_err|device_.*|ext_.*|k\d+|triton|tl|torch|empty_strided|"
-                       r"randint|zeros_padded)$")
+                       r"randint)$")
 
 
 class SymbolicUnsupported(ValueError):

@@ -22,7 +22,7 @@ from .codegen.triton import size_bucket
 from .decompositions import EXTERN_PREFERRED
 from .graph_lowering import LoweredGraph, RuntimeValue
 from .inplace import InplacePlan
-from .ir import BufferValue, ComputedBuffer, ExternCall, is_dense
+from .ir import BufferValue, ComputedBuffer, ExternCall
 from .scheduler import Group, Schedule, reads_of
 from .symbolic import py_expr, py_tuple
 
@@ -88,8 +88,7 @@ def generate(lowered: LoweredGraph, sched: Schedule, calls: dict, extern_names: 
     pointers: set[str] = set()
     last_use = _last_uses(sched)
     keep = set(lowered.output_buffers) | _passed_to_externs(sched)
-    allocated = (lowered.own & sched.stored) | {s.outputs.name for s in sched.steps
-                                                if isinstance(s, ExternCall) and s.out_variant is not None}
+    allocated = lowered.own & sched.stored
     free = memory.FreePool()
     writes = writes or InplacePlan()
     for position, step in enumerate(sched.steps):
@@ -104,9 +103,6 @@ def generate(lowered: LoweredGraph, sched: Schedule, calls: dict, extern_names: 
             body.append(calls[step].launch)
         elif step.name in writes.externs:
             body += _extern_inplace(step, layouts, extern_names, writes.externs[step.name][1])
-        elif step.out_variant is not None:
-            body.append(_allocate(step.outputs, free))
-            body += _extern(step, layouts, extern_names)
         else:
             body += _extern(step, layouts, extern_names)
         for name in sorted(n for n, p in last_use.items() if p == position):
@@ -214,24 +210,14 @@ def _draw_seeds(lowered: LoweredGraph) -> list[str]:
             for name, (device, slots) in sorted(lowered.seeds.items())]
 
 
-def _allocate(buf: ComputedBuffer | BufferValue, free: memory.FreePool) -> str:
+def _allocate(buf: ComputedBuffer, free: memory.FreePool) -> str:
     if isinstance(buf, ComputedBuffer) and buf.view is not None:  # allocated as the graph sees it
         buf = buf.value()
     reuse = free.take(buf.shape, buf.stride, buf.dtype, buf.device)
     if reuse is not None:
         return f"{buf.name} = {reuse}  # reuse"
-    if torch.device(buf.device).type == "cpu" and not is_dense(buf.shape, buf.stride):
-        # padded rows (padding.py): torch's CPU bf16 GEMM reads one element past an odd K (it
-        # packs K in pairs), so the padding must hold zeros, not garbage that may be NaN
-        return f"{buf.name} = zeros_padded({_tup(buf.shape)}, {_tup(buf.stride)}, {buf.dtype})"
     return (f"{buf.name} = empty_strided({_tup(buf.shape)}, {_tup(buf.stride)}, dtype={buf.dtype}, "
             f"device={device_name(buf.device)})")
-
-
-def zeros_padded(shape: tuple, stride: tuple, dtype: torch.dtype) -> torch.Tensor:
-    """A CPU tensor of ``shape`` and ``stride`` whose whole storage, gaps included, is zero."""
-    size = 1 + sum((n - 1) * st for n, st in zip(shape, stride)) if all(shape) else 0
-    return torch.zeros(size, dtype=dtype).as_strided(shape, stride)
 
 
 def bad_sizes(sizes: dict, want: str | None = None) -> None:
@@ -256,7 +242,7 @@ def wrapper_devices(lowered: LoweredGraph) -> list[str]:
 def wrapper_globals(devices: list[str]) -> dict:
     """Names the generated source reads besides kernels, extern targets and constants: bound
     once, when the wrapper is loaded."""
-    env: dict[str, Any] = {"empty_strided": torch.empty_strided, "randint": torch.randint, "zeros_padded": zeros_padded,
+    env: dict[str, Any] = {"empty_strided": torch.empty_strided, "randint": torch.randint,
                            "_bad_sizes": bad_sizes, "size_bucket": size_bucket, "_lb": LayoutBatch()}
     env.update({device_name(d): torch.device(d) for d in devices})
     return env
@@ -265,9 +251,6 @@ def wrapper_globals(devices: list[str]) -> dict:
 def _extern(step: ExternCall, layouts: dict, extern_names: dict) -> list[str]:
     args = ", ".join(render_value(a, layouts) for a in step.args)
     kwargs = ", ".join(f"{k}={render_value(v, layouts)}" for k, v in step.kwargs.items())
-    if step.out_variant is not None:  # into the buffer allocated just before, in its layout
-        out = f"out={step.outputs.name}"
-        return [f"{extern_names[step.name]}({', '.join(p for p in (args, kwargs, out) if p)})  # {step.reason}"]
     call = f"{extern_names[step.name]}({', '.join(p for p in (args, kwargs) if p)})"
     lines = [f"{step.name} = {call}  # {step.reason}"]
     sources = [v.name for v in tc_ir.leaves((step.args, step.kwargs)) if isinstance(v, (BufferValue, RuntimeValue))]
