@@ -15,8 +15,8 @@ import torch
 
 import tc_inductor
 import tc_ir
-from tc_inductor.config import Options
 from tc_inductor import padding
+from tc_inductor.config import Options
 from tc_inductor.padding import chunking, gemm_rows_out_op, pad_gemm_dims
 
 aten = torch.ops.aten

@@ -24,10 +24,9 @@ class Options:
     mm_template: Triton matmul templates with fused epilogues for mm/addmm/bmm: "auto" (under
       max_autotune on CUDA, benchmarked against the extern call), "never", or, for tests,
       "always" (heuristic config, any device) and "autotune" (benchmark on any device).
-    pad_mm_operands: padded row strides (16-byte aligned rows) for matmul operands and results
-      tc allocates, and a padded copy of graph inputs a matmul reads (padding.py): "auto" (CUDA,
-      rows >= 64 elements, tensors >= 1 MiB), "never", or, for tests, "always" (any device
-      and size).
+    pad_mm_operands: GEMMs of unaligned M, N or K computed on zero-padded operands, outputs in
+      eager's layout (padding.py): "auto" (CUDA, dims >= 64 elements, tensors >= 1 MiB),
+      "never", or, for tests, "always" (any device and size).
     conv_layout: channels-last (NHWC) layout for the values around 2-D convolutions (layout.py):
       "auto" (CUDA graphs with half/bf16 convolutions or a channels-last input), "never", or
       "always" (any device: tests run the NHWC path on the CPU).
