@@ -228,8 +228,7 @@ def test_batch_norm_training_gradients(backend, channels_last, monkeypatch):
         assert split[0] > whole[0] and split[1] > whole[1], (split, whole)
 
 
-@pytest.mark.parametrize("backend", ["cpp", pytest.param("triton", marks=pytest.mark.xfail(
-    strict=True, reason="Triton max/min accumulators drop NaN, split or not (findings/inductor.md)"))])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_nan_and_inf_propagate_through_partials(backend):
     """A NaN in one chunk makes its channel's max, min and sum NaN, as eager's; -inf/+inf stay."""
     def fn(g, x):

@@ -411,29 +411,48 @@ class TritonKernelWriter:
         val = _broadcast(v, s.value, s.value.dtype, "[XBLOCK, RBLOCK]")
         val = f"tl.where({mask}, {val}, {self._init(s)})" if mask else val
         if rt in ("argmax", "argmin"):
-            cmp = ">" if rt == "argmax" else "<"
-            return [f"val_{s.name} = {val}",
-                    f"take_{s.name} = (val_{s.name} {cmp} {acc}) | ((val_{s.name} == {acc}) & (rindex < idx_{s.name}))",
-                    f"{acc} = tl.where(take_{s.name}, val_{s.name}, {acc})",
-                    f"idx_{s.name} = tl.where(take_{s.name}, rindex, idx_{s.name})"]
+            return self._accumulate_arg(s, val)
         if s.dtype == torch.bool:
             op = "|" if rt in ("sum", "max", "any") else "&"
             return [f"{acc} = {acc} {op} ({val} != 0)"]
+        nan = ", propagate_nan=tl.PropagateNan.ALL" if s.dtype.is_floating_point else ""  # as eager's
         combine = {"sum": f"{acc} + {val}", "prod": f"{acc} * {val}",
-                   "max": f"tl.maximum({acc}, {val})", "min": f"tl.minimum({acc}, {val})",
+                   "max": f"tl.maximum({acc}, {val}{nan})", "min": f"tl.minimum({acc}, {val}{nan})",
                    "any": f"{acc} | ({val} != 0)", "all": f"{acc} & ({val} != 0)"}[rt]
         return [f"{acc} = {combine}"]
+
+    def _accumulate_arg(self, s: kir.Reduce, val: str) -> list[str]:
+        """A lane takes a value that beats its best so far, or ties it from an earlier index. As
+        eager's, a NaN beats every number (the index of the first NaN wins), so a lane holding a
+        NaN keeps it. Masked elements are the init (never NaN), so they never win."""
+        acc, v, idx, n = f"acc_{s.name}", f"val_{s.name}", f"idx_{s.name}", s.name
+        cmp = ">" if s.reduction_type == "argmax" else "<"
+        lines = [f"{v} = {val}"]
+        if s.value.dtype.is_floating_point:
+            lines += [f"vnan_{n} = {v} != {v}", f"anan_{n} = {acc} != {acc}",
+                      f"take_{n} = ({v} {cmp} {acc}) | (vnan_{n} & ~anan_{n}) | "
+                      f"((({v} == {acc}) | (vnan_{n} & anan_{n})) & (rindex < {idx}))"]
+        else:
+            lines.append(f"take_{n} = ({v} {cmp} {acc}) | (({v} == {acc}) & (rindex < {idx}))")
+        return lines + [f"{acc} = tl.where(take_{n}, {v}, {acc})", f"{idx} = tl.where(take_{n}, rindex, {idx})"]
 
     def finish(self, s: kir.Reduce) -> list[str]:
         acc, rt, name = f"acc_{s.name}", s.reduction_type, s.name
         if rt in ("argmax", "argmin"):
-            best = "tl.max" if rt == "argmax" else "tl.min"
+            floating = s.value.dtype.is_floating_point
+            best = ("_tc_" if floating else "tl.") + rt[3:]
+            # the lanes holding the row's best (NaN if any lane holds one): the earliest index
+            is_best = f"({acc} == best_{name})"
+            if floating:
+                is_best = f"({is_best} | (({acc} != {acc}) & (best_{name} != best_{name})))"
             return [f"best_{name} = {best}({acc}, 1)[:, None]",
-                    f"{name} = tl.min(tl.where({acc} == best_{name}, idx_{name}, {2**62}), 1)[:, None]"]
+                    f"{name} = tl.min(tl.where({is_best}, idx_{name}, {2**62}), 1)[:, None]"]
         if s.dtype == torch.bool or rt in ("any", "all"):
             red = "tl.max" if rt in ("sum", "max", "any") else "tl.min"
             return [f"{name} = {red}({acc}.to(tl.int32), 1)[:, None] != 0"]
         red = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min", "prod": "_tc_prod"}[rt]
+        if rt in ("max", "min") and s.dtype.is_floating_point:
+            red = f"_tc_{rt}"  # tl.max/tl.min ignore NaN; see NAN_GPU
         if rt == "prod":
             return [f"{name} = tl.reduce({acc}, 1, _tc_mul)[:, None]"]
         return [f"{name} = {red}({acc}, 1)[:, None]"]
@@ -447,6 +466,47 @@ from triton.language.extra import libdevice
 @triton.jit
 def _tc_mul(a, b):
     return a * b
+
+
+'''
+# Row max/min that propagate NaN as eager's (tl.max/tl.min ignore it): on the GPU a reduction
+# whose combine is the NaN-propagating max/min (one max.NaN instruction a step on sm_80+).
+NAN_GPU = '''@triton.jit
+def _tc_maximum(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _tc_minimum(a, b):
+    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _tc_max(a, axis: tl.constexpr):
+    return tl.reduce(a, axis, _tc_maximum)
+
+
+@triton.jit
+def _tc_min(a, axis: tl.constexpr):
+    return tl.reduce(a, axis, _tc_minimum)
+
+
+'''
+# The interpreter runs a custom combine element by element in Python (seconds a tile): there the
+# NaN-ignoring reduction (numpy's nanmax) and whether the row holds a NaN, both vectorised.
+NAN_INTERPRETED = '''def _tc_max(a, axis):
+    return _tc_nan_reduce(a, axis, tl.max)
+
+
+def _tc_min(a, axis):
+    return _tc_nan_reduce(a, axis, tl.min)
+
+
+def _tc_nan_reduce(a, axis, reduce):
+    import warnings
+    with warnings.catch_warnings():  # numpy's nanmax of an all-NaN row warns
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return tl.where(tl.max((a != a).to(tl.int8), axis) != 0, float("nan"), reduce(a, axis))
 
 
 '''
@@ -727,7 +787,8 @@ class TritonBackend:
         else:
             deco = writer.decorator()
         checks = "" if not kir.has_index_checks(kernel) else CHECK_INTERPRETED if interpret else CHECK_GPU
-        return HEADER + checks + deco + text
+        nan = "" if not _float_compare_reductions(kernel) else NAN_INTERPRETED if interpret else NAN_GPU
+        return HEADER + checks + nan + deco + text
 
     def metadata(self, kernel: kir.Kernel, options: Any, device: Any) -> dict:
         interpret = _interpreting(device)
@@ -880,6 +941,13 @@ def _broadcast(v: str, value: UOp, dtype: torch.dtype, shape: str) -> str:
     if dtype == torch.bool:
         return f"(tl.full({shape}, 0, tl.int1) | {v})"
     return f"(tl.zeros({shape}, {TL[dtype]}) + {v})"
+
+
+def _float_compare_reductions(kernel: kir.Kernel) -> bool:
+    """Whether a reduction of the kernel is a max/min/argmax/argmin of floats (see NAN_GPU)."""
+    return any(isinstance(s, kir.Reduce) and s.reduction_type in ("max", "min", "argmax", "argmin")
+               and (s.value.dtype if s.reduction_type.startswith("arg") else s.dtype).is_floating_point
+               for stage in kernel.stages for s in stage.inner)
 
 
 def descriptive_name(kernel: kir.Kernel) -> str:
