@@ -169,3 +169,39 @@ def test_triton_knobs_without_hooks_launch_directly():
     finally:
         knobs.runtime.launch_enter_hook.remove(hook)
     assert len(fake.compiled.launches) == 1 and calls == [(out, 16)]
+    unaligned = torch.zeros(17)[1:]  # 4 bytes past an aligned block: the kernel assumed 16
+    fake._direct(1, unaligned, 16)
+    assert len(fake.compiled.launches) == 1 and calls[-1] == (unaligned, 16)
+
+
+class _FakeBackendLauncher:
+    """triton 3.x's launcher object: ``__call__`` allocates scratch and calls its C ``launch``."""
+
+    launch_cooperative_grid, launch_pdl, global_scratch_size, profile_scratch_size = False, True, 0, 0
+
+    def __init__(self):
+        self.c_calls, self.calls = [], []
+        self.launch = lambda *a: self.c_calls.append(a)
+
+    def __call__(self, *args):
+        self.calls.append(args)
+
+
+def test_a_launch_without_scratch_calls_the_c_launcher_itself():
+    """No Python ``__call__`` between the wrapper and the C launch when the kernel needs no
+    scratch memory; with scratch, the launcher object (which allocates it)."""
+    compiled = types.SimpleNamespace(function=7, packed_metadata="meta", run=_FakeBackendLauncher())
+    fake = TritonLauncher(None, {"XBLOCK": 16}, 1, range(0, 1), compiled)
+    fake._stream, fake._knobs = (lambda device: 3), types.SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None)
+    out = torch.zeros(16)
+    fake._direct(2, out, 16)
+    assert compiled.run.calls == []
+    assert compiled.run.c_calls == [(2, 1, 1, 3, 7, False, True, None, None, "meta", None, None, None,
+                                     out.data_ptr(), 16, 16)]
+    compiled.run = _FakeBackendLauncher()
+    compiled.run.global_scratch_size = 128
+    fake = TritonLauncher(None, {"XBLOCK": 16}, 1, range(0, 1), compiled)
+    fake._stream, fake._knobs = (lambda device: 3), types.SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None)
+    fake._direct(2, out, 16)
+    assert compiled.run.c_calls == [] and compiled.run.calls == [(2, 1, 1, 3, 7, "meta", None, None, None,
+                                                                   out.data_ptr(), 16, 16)]

@@ -18,6 +18,8 @@ differs from what the kernel was specialised for).
 
 from __future__ import annotations
 
+from functools import reduce
+from operator import or_
 from typing import Any
 
 import torch
@@ -44,6 +46,7 @@ class TritonLauncher:
         self.const_values = tuple(consts[name] for name in names if name in consts)
         self.compiled, self.device = compiled, device
         self._stream = self._knobs = None  # triton's current-stream getter and runtime knobs
+        self._c_launch, self._c_args = None, ()  # bound at the first direct launch (``_bind``)
         self.launch = self._first if compiled is not None else self._via_run
 
     def __call__(self, grid0: int, *args: Any) -> None:
@@ -94,13 +97,35 @@ class TritonLauncher:
     def _direct(self, grid0: int, *args: Any) -> None:
         # Pointers go to the C launcher as ints: given a tensor it would call data_ptr() again
         # and ask the driver about each pointer (cuPointerGetAttribute), on every launch.
-        runtime, k, n = self._knobs, self.compiled, self.n_pointers
+        n = self.n_pointers
         pointers = [a.data_ptr() for a in args[:n]]
-        if _hooked(runtime.launch_enter_hook) or _hooked(runtime.launch_exit_hook) or _misaligned(pointers) or (
+        if _hooks_set(self._knobs) or reduce(or_, pointers, 0) & 15 or (
                 self.varying_ints and not _int32s(args[n:])):
-            return self._via_run(grid0, *args)  # hooks get run's launch metadata
-        k.run(grid0, 1, 1, self._stream(self.device), k.function, k.packed_metadata, None,
-              None, None, *pointers, *args[n:], *self.const_values)
+            # hooks get run's launch metadata; the ahead-of-time compile assumed 16-byte aligned
+            # pointers, as JITFunction.run would find them
+            return self._via_run(grid0, *args)
+        if self._c_launch is None:
+            self._c_launch, self._c_args = _bind(self.compiled)
+        self._c_launch(grid0, 1, 1, self._stream(self.device), *self._c_args, *pointers, *args[n:], *self.const_values)
+
+
+def _bind(k: Any) -> tuple[Any, tuple]:
+    """The C function a launch of the compiled kernel ``k`` ends in, and its arguments before
+    the kernel's own. ``k.run`` is the backend's launcher object, whose ``__call__`` (Python)
+    allocates scratch memory and then calls its C ``launch``; a kernel that needs no scratch
+    (ours: no global or profile scratch) calls ``launch`` directly. Attributes of triton 3.x
+    (NVIDIA); when one is missing, ``k.run`` itself, which is always right."""
+    launcher = k.run
+    c_launch = getattr(launcher, "launch", None)
+    flags = [getattr(launcher, name, None) for name in ("launch_cooperative_grid", "launch_pdl")]
+    scratch = [getattr(launcher, name, None) for name in ("global_scratch_size", "profile_scratch_size")]
+    if callable(c_launch) and None not in flags and scratch == [0, 0]:
+        return c_launch, (k.function, *flags, None, None, k.packed_metadata, None, None, None)
+    return launcher, (k.function, k.packed_metadata, None, None, None)
+
+
+def _hooks_set(runtime: Any) -> bool:
+    return _hooked(runtime.launch_enter_hook) or _hooked(runtime.launch_exit_hook)
 
 
 def _hooked(hook: Any) -> bool:
@@ -140,11 +165,3 @@ def _int32s(ints: tuple) -> bool:
         if not -(2**31) <= v < 2**31:
             return False
     return True
-
-
-def _misaligned(pointers: list[int]) -> bool:
-    # the ahead-of-time compile assumed 16-byte aligned pointers, as JITFunction.run would find them
-    for p in pointers:
-        if p & 15:
-            return True
-    return False
