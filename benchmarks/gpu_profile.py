@@ -5,7 +5,8 @@
 
 Prints, per step: wall time, GPU kernel time, kernel launches, the kernels that take the most GPU
 time, the torch ops that take the most host time, and (``python_top``) the Python functions with
-the most time of their own under cProfile: the host side of a launch-bound step.
+the most time of their own under cProfile (the backward too: run on the calling thread there):
+the host side of a launch-bound step.
 """
 
 from __future__ import annotations
@@ -52,12 +53,14 @@ def report(step, label: str, steps: int = 10, top: int = 12, python_top: int = 1
     for e in sorted(cpu, key=lambda e: -e.self_cpu_time_total)[:top]:
         print(f"  cpu {e.self_cpu_time_total / steps / 1e3:8.3f} ms  x{e.count / steps:5.0f}  {e.key[:90]}")
     if python_top:
+        # the backward runs on the calling thread (autograd's device threads are not profiled)
         profiler = cProfile.Profile()
-        profiler.enable()
-        for _ in range(steps):
-            step()
-        _sync()
-        profiler.disable()
+        with torch.autograd.set_multithreading_enabled(False):
+            profiler.enable()
+            for _ in range(steps):
+                step()
+            _sync()
+            profiler.disable()
         text = io.StringIO()
         pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(python_top)
         lines = [line for line in text.getvalue().splitlines() if line.strip()]
