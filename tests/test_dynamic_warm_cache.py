@@ -7,31 +7,17 @@ breaks one is compiled again (and right), never run on the cached trace."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from warm_child import run_child
 
 SCRIPT = textwrap.dedent("""
     import copy, json, sys, torch, tc
-    import tc.backends, tc_autograd.api, tc_inductor.codegen.build
+    import tc.backends, tc_inductor, warm_child
 
-    counts = {"traces": 0, "lowerings": 0, "builds": 0}
-
-    def counting(owner, attr, name):  # what a compile does that a warm start must not
-        original = getattr(owner, attr)
-        def counted(*args, **kwargs):
-            counts[name] += 1
-            return original(*args, **kwargs)
-        setattr(owner, attr, counted)
-
-    counting(tc_autograd.api, "_trace", "traces")
-    counting(sys.modules["tc_inductor.compile"].GraphLowering, "run", "lowerings")
-    counting(tc_inductor.codegen.build, "_build", "builds")  # one C++ compiler run
+    counts = warm_child.install()  # traces, lowerings and builds: none on a warm start
     triton_before = tc_inductor.compile_counters()["triton_kernels"]
 
     class Block(torch.nn.Module):  # pre-norm attention + GELU MLP over [batch, seq, 16]
@@ -90,11 +76,8 @@ SCRIPT = textwrap.dedent("""
 
 
 def run(cache: Path, mode: str, sizes: str) -> dict:
-    env = dict(os.environ, TC_CACHE_DIR=str(cache), TRITON_CACHE_DIR=str(cache / "triton"), TRITON_INTERPRET="1")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, mode, sizes], env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    env = {"TC_CACHE_DIR": str(cache), "TRITON_CACHE_DIR": str(cache / "triton"), "TRITON_INTERPRET": "1"}
+    return run_child(SCRIPT, [mode, sizes], env, timeout=600)
 
 
 def assert_nothing_rebuilt(warm: dict) -> None:

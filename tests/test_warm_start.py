@@ -5,33 +5,19 @@ results still equal eager's, BatchNorm buffer updates and dropout included."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from warm_child import run_child
 
 from tc_runtime import LAYOUT
 
 SCRIPT = textwrap.dedent("""
     import copy, hashlib, json, sys, torch, tc
-    import tc.backends, tc_autograd.api, tc_inductor.codegen.build
+    import tc.backends, tc_inductor, warm_child
 
-    counts = {"traces": 0, "lowerings": 0, "builds": 0}
-
-    def counting(owner, attr, name):  # what a compile does that a warm start must not
-        original = getattr(owner, attr)
-        def counted(*args, **kwargs):
-            counts[name] += 1
-            return original(*args, **kwargs)
-        setattr(owner, attr, counted)
-
-    counting(tc_autograd.api, "_trace", "traces")
-    counting(sys.modules["tc_inductor.compile"].GraphLowering, "run", "lowerings")
-    counting(tc_inductor.codegen.build, "_build", "builds")
+    counts = warm_child.install()  # traces, lowerings and builds: none on a warm start
 
     class Net(torch.nn.Module):
         def __init__(self, act):
@@ -73,10 +59,7 @@ SCRIPT = textwrap.dedent("""
 
 
 def run(cache: Path, act: str = "relu") -> dict:  # the model with this activation, in a new process
-    env = dict(os.environ, TC_CACHE_DIR=str(cache))
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, act], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_child(SCRIPT, [act], {"TC_CACHE_DIR": str(cache)}, timeout=300)
 
 
 # A changed model missing is tested without processes in tc-autograd's test_trace_cache.py.
