@@ -10,8 +10,8 @@ first subprocess compiles and runs the model once to fill a fresh ``TC_CACHE_DIR
     user        ``import torch``, the model's library and building the model (the user pays it
                 without tc; shown, not in the total)
     import      ``import tc`` and ``tc.compile(model)`` on top of that: what tc adds to the process
-    fake        creating capture's FakeTensorMode; the first one imports ``torch._dynamo`` (torch's
-                code, ~1 s of CPU here), and with it sympy, triton and torch._inductor
+    fake        creating capture's ShapeEnv and FakeTensorMode; the first one imports ``torch._dynamo``
+                (torch's code, ~1 s of CPU here), and with it triton and torch._inductor
     capture     tc_capture's symbolic interpretation and guards, less the back end and ``fake``
     trace       tc_autograd: its trace cache (or the trace, functionalization, partition)
     lower       tc_inductor.compile less ``kernels``: cache key and graph-cache read (lowering,
@@ -33,7 +33,10 @@ training, gradients); ``--full`` training compares the step's loss with an eager
 AdamW step clears the gradients), with dropout off so that they agree. The phases are measured by
 wrapping functions from outside (no product code changes); ``--cpu`` shows CPU seconds (user +
 system, every thread of the process) instead of wall time, for a loaded machine where wall time
-mostly measures the neighbours. ``--profile``: one more warm process per cell runs under cProfile
+mostly measures the neighbours. Python's bytecode cache is warm too: the children run without
+``PYTHONDONTWRITEBYTECODE`` (which left every process compiling tc's ~200 source files, 0.3-0.6 s
+here), so the cold child writes ``__pycache__`` beside tc's sources (``--no-bytecode-cache`` keeps the
+variable). ``--profile``: one more warm process per cell runs under cProfile
 (not one the table's medians come from), and ``$OUT`` (default ``./bench_out``) gets the top 25
 functions by cumulative time of ``import tc`` + ``tc.compile`` and of the first call, as text and
 as pstats files, with the table as JSON.
@@ -207,6 +210,7 @@ def _instrument(clock: Clock) -> None:
     """Wrap the stages of a compile (names of the packages' internals: a renamed one is reported
     as not measured, and its time shows under ``run``)."""
     import torch._subclasses.fake_tensor as fake_tensor
+    import torch.fx.experimental.symbolic_shapes as symbolic_shapes
 
     import tc_autograd.api
     import tc_capture.cache.frame_cache as frame_cache
@@ -218,6 +222,7 @@ def _instrument(clock: Clock) -> None:
 
     clock.wrap(frame_cache.FrameCache, "miss", "miss")  # capture, back end and guards of one entry
     clock.wrap(fake_tensor.FakeTensorMode, "__init__", "fake")
+    clock.wrap(symbolic_shapes.ShapeEnv, "__init__", "fake")  # the first imports torch._dynamo (CNN)
     clock.wrap(tc_autograd.api.Compiled, "__init__", "autograd")  # a variant: trace (or cache) + inductor
     clock.wrap(tc_autograd.api, "_trace", "traces")
     clock.wrap(inductor_compile.GraphLowering, "run", "lowerings")
@@ -397,6 +402,8 @@ def child(args) -> dict:
 def run_child(model: str, task: str, cache_dir: str, args, profile_to: str | None = None) -> dict:
     env = dict(os.environ, TC_CACHE_DIR=cache_dir, TRITON_CACHE_DIR=os.path.join(cache_dir, "triton"),
                TORCHINDUCTOR_CACHE_DIR=os.path.join(cache_dir, "torchinductor"))
+    if not args.no_bytecode_cache:  # the cold child writes tc's .pyc files, as any installed package has them
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
     cmd = [sys.executable, __file__, "--child", model, task, "--device", args.device, "--shapes", args.shapes,
            *(["--full"] if args.full else []), *(["--profile-to", profile_to] if profile_to else [])]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
@@ -448,6 +455,8 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--full", action="store_true", help="benchmarks/models.py's models at benchmark size")
     parser.add_argument("--shapes", default="", help="with --full, as models.py's: e.g. bert=32x512,resnet50=2")
+    parser.add_argument("--no-bytecode-cache", action="store_true",
+                        help="keep PYTHONDONTWRITEBYTECODE: every process compiles tc's sources (~0.3-0.6 s)")
     parser.add_argument("--profile", action="store_true", help="one more warm process per cell under cProfile")
     parser.add_argument("--out", default=os.environ.get("OUT", "bench_out"), help="--profile's files (default $OUT)")
     parser.add_argument("--child", nargs=2, metavar=("MODEL", "TASK"), help=argparse.SUPPRESS)
