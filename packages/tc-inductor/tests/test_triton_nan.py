@@ -239,3 +239,27 @@ def test_a_row_minus_its_max_is_nan_where_eager_is(n):
     for _ in range(2):
         x = _rows(n, torch.float32, gen)
         _same(compiled(x), x - x.amax(-1, True))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_column_reductions_keep_nan(dtype, monkeypatch):
+    """Over the rows of a [rows, features] matrix, unsplit: columnar kernels, a run of columns
+    over 64 rows a step."""
+    def fn(g, x):
+        return (g.call(aten.amax.default, x, [0]), g.call(aten.min.dim, x, 0), g.call(aten.argmax.default, x, 0))
+
+    def make(gen):
+        x = torch.randn(3000, 64, generator=gen)
+        rows = torch.randint(0, 3000, (64,), generator=gen)
+        x[rows[:20], torch.arange(20)] = NAN  # one NaN in each of the first 20 columns
+        x[0, 20], x[2999, 21], x[:, 22] = NAN, NAN, NAN
+        x[rows[30:40], torch.arange(30, 40)] = INF
+        return x.to(dtype)
+
+    monkeypatch.setattr(split_reduction, "SPLIT_MIN_ROWS", 1 << 62)
+    gen = torch.Generator().manual_seed(4)
+    compiled = _compile(fn, [make(gen)])
+    assert f"RBLOCK={triton_backend.COLUMN_RBLOCK}," in compiled.source
+    for _ in range(2):
+        x = make(gen)
+        _same(compiled(x), (x.amax(0), *torch.min(x, 0), x.argmax(0)))
