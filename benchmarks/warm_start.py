@@ -21,6 +21,8 @@ first subprocess compiles and runs the model once to fill a fresh ``TC_CACHE_DIR
       triton    the Triton back end's kernels: importing their sources, and on a GPU loading the
                 binaries from Triton's cache (or the artifact store) and their launchers
       cpp       the C++ back end's kernels: ``.so`` files read, checked and loaded (g++ on a miss)
+    opt         ``--full`` training: the AdamW step (eager, as in models.py; its first step
+                allocates the optimizer state: eager pays it too)
     run         everything else in the first call: the compiled code running, the backward (on a
                 GPU, up to the synchronize after the call)
     total       import + every phase of the first call (the warm-start figure; torch excluded)
@@ -64,8 +66,7 @@ import time
 MODELS = ("gpt2", "bert", "llama", "cnn")
 FULL_MODELS = ("resnet50", "gpt2", "bert", "vit_b_16", "llama")  # benchmarks/models.py's MODELS
 TASKS = ("infer", "train")
-PHASES = ("import", "fake", "capture", "trace", "lower", "kernels", "triton", "cpp", "run")
-IN_TOTAL = ("import", "fake", "capture", "trace", "lower", "kernels", "run")  # triton, cpp: parts of kernels
+PHASES = ("import", "fake", "capture", "trace", "lower", "kernels", "triton", "cpp", "opt", "run")
 COUNTS = ("traces", "lowerings", "builds", "misses", "loaded")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -245,15 +246,15 @@ def _phases(clock: Clock, seconds: dict[str, float], first_call: float, imported
     """Disjoint phases from the nested wrapped timings (``seconds`` is clock.wall or clock.cpu);
     ``triton`` and ``cpp`` are parts of ``kernels``."""
     s = {k: seconds.get(k, 0.0) for k in ("miss", "fake", "autograd", "inductor", "kernels", "triton", "cpp",
-                                          "triton_outside", "cpp_outside")}
+                                          "triton_outside", "cpp_outside", "opt")}
     late = s["triton_outside"] + s["cpp_outside"]  # kernels loaded while running, after their graph's _load
     phases = {"import": imported, "fake": s["fake"], "trace": s["autograd"] - s["inductor"],
               "lower": s["inductor"] - s["kernels"], "kernels": s["kernels"] + late,
-              "triton": s["triton"], "cpp": s["cpp"]}
+              "triton": s["triton"], "cpp": s["cpp"], "opt": s["opt"]}
     # a variant compiled later (the backward's at the first backward) runs outside the capture miss
     compiled_in_miss = min(s["autograd"], max(0.0, s["miss"] - s["fake"]))
     phases["capture"] = max(0.0, s["miss"] - s["fake"] - compiled_in_miss)
-    phases["run"] = max(0.0, first_call - s["miss"] - (s["autograd"] - compiled_in_miss) - late)
+    phases["run"] = max(0.0, first_call - s["miss"] - (s["autograd"] - compiled_in_miss) - late - s["opt"])
     return phases
 
 
@@ -366,9 +367,10 @@ def child(args) -> dict:
         compiled = tc.compile(model)  # the back ends load here
     after_tc = _now()
     task = args.child[1]
+    clock = Clock()
+    clock.wrap(torch.optim.AdamW, "step", "opt")  # before the step binds it
     step = bench._step_fn(task, compiled, model, inputs, args.device)[0] if bench else _tiny_step(compiled, inputs, task)
     loaded = set(sys.modules)
-    clock = Clock()
     _instrument(clock)
     if set(sys.modules) - loaded:  # the wrapping itself must not load what the first call would
         print(f"warm_start: instrumenting imported {sorted(set(sys.modules) - loaded)}", file=sys.stderr)
@@ -442,8 +444,8 @@ def table(rows: list[dict], kind: str) -> str:
     loaded = sorted({m for r in rows for m in r["modules"]})
     return "\n".join(lines) + (f"\n({what}; medians over the warm runs; 'cold' is import + first call with an empty "
                                f"cache; 'total' is import + first call, the 'user' column excluded; 'triton' and "
-                               f"'cpp' are parts of 'kernels'; counts are the last warm run's; modules loaded by "
-                               f"then: {', '.join(loaded)})")
+                               f"'cpp' are parts of 'kernels'; 'opt' is eager AdamW's step; counts are the last warm "
+                               f"run's; modules loaded by then: {', '.join(loaded)})")
 
 
 def _arguments() -> argparse.Namespace:
