@@ -72,7 +72,7 @@ def _as_laid_out(examples: list, fw: Any, start: int) -> list:
 
 
 def _show(stage: str, graph: tc_ir.Graph) -> None:
-    tc_ir.logs.dump(f"aot_{stage}", graph.name, graph.format(data=False, header=f"made by: tc_autograd {stage}"))
+    tc_ir.logs.dump(f"aot_{stage}", graph.name, lambda: graph.format(data=False, header=f"made by: tc_autograd {stage}"))
     if tc_ir.logs.enabled("aot"):
         log.debug("%s", graph.format(data=False, header=f"made by: tc_autograd {stage}"))
 

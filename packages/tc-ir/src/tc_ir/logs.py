@@ -16,6 +16,7 @@ import itertools
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 AREAS: dict[str, str] = {
@@ -75,12 +76,14 @@ def get_logger(area: str) -> logging.Logger:
     return logger
 
 
-def dump(stage: str, name: str, text: str) -> Path | None:
-    """Write ``text`` as ``TC_DEBUG_DIR/<n>_<stage>_<name>.txt``; returns the path (None when off)."""
+def dump(stage: str, name: str, text: str | Callable[[], str]) -> Path | None:
+    """Write ``text`` as ``TC_DEBUG_DIR/<n>_<stage>_<name>.txt``; returns the path (None when off).
+    ``text`` may be a function making it, called only when dumps are on (formatting a large graph
+    for nothing cost a warm start milliseconds per graph)."""
     root = os.environ.get("TC_DEBUG_DIR")
     if not root:
         return None
     path = Path(root) / f"{next(_counter):04d}_{stage}_{name}.txt"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    path.write_text(text() if callable(text) else text)
     return path
