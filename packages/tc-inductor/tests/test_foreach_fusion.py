@@ -219,13 +219,9 @@ def _sgd(g, *inputs):
     return tuple(new + bufs)
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="GPU hosts run the real thing")
-def test_gpu_source_of_a_multi_tensor_kernel_under_the_interpreter(monkeypatch):
-    from tc_inductor.codegen import triton as triton_backend
-
-    monkeypatch.setattr(triton_backend, "_interpreting", lambda device: False)
-    shapes = [(3000,), (5, 7), (1,), (2048,), (0, 3), (4, 3)]  # 2048: a full block, no mask
-
+def _compiled_sgd(shapes):
+    """``(make, graph, pairs, compiled)``: SGD over parameters of ``shapes`` as one Triton
+    multi-tensor kernel writing parameters and buffers in place; ``make(seed)`` new inputs."""
     def make(seed):
         g = torch.Generator().manual_seed(seed)
         return [torch.randn(s, generator=g) for _ in range(3) for s in shapes]
@@ -235,6 +231,16 @@ def test_gpu_source_of_a_multi_tensor_kernel_under_the_interpreter(monkeypatch):
     n = len(shapes)
     pairs = {i: i for i in range(n)} | {n + i: 2 * n + i for i in range(n)}
     k = tc_inductor.compile(g, inputs, {"backend": "triton", "cache": False, "inplace_outputs": pairs})
+    return make, g, pairs, k
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="GPU hosts run the real thing")
+def test_gpu_source_of_a_multi_tensor_kernel_under_the_interpreter(monkeypatch):
+    from tc_inductor.codegen import triton as triton_backend
+
+    monkeypatch.setattr(triton_backend, "_interpreting", lambda device: False)
+    # 2048: a full block, no mask
+    make, g, pairs, k = _compiled_sgd([(3000,), (5, 7), (1,), (2048,), (0, 3), (4, 3)])
     combined = [s for s in k.kernels if "_tc_part1(" in s]
     assert k.stats["kernels"] == 1 and combined and "elif pid < " in combined[0], k.kernels
     for seed in (1, 2):
@@ -270,17 +276,7 @@ def test_multi_tensor_kernel_takes_the_direct_launch():
 
     from tc_inductor.codegen.triton_launch import TritonLauncher
 
-    shapes = [(37,), (5, 7), (1,), (64,), (0, 3), (4, 3)]
-
-    def make(seed):
-        g = torch.Generator().manual_seed(seed)
-        return [torch.randn(s, generator=g) for _ in range(3) for s in shapes]
-
-    inputs = make(0)
-    g = build(_sgd, inputs)
-    n = len(shapes)
-    pairs = {i: i for i in range(n)} | {n + i: 2 * n + i for i in range(n)}
-    k = tc_inductor.compile(g, inputs, {"backend": "triton", "cache": False, "inplace_outputs": pairs})
+    make, g, pairs, k = _compiled_sgd([(37,), (5, 7), (1,), (64,), (0, 3), (4, 3)])
     assert k.stats["kernels"] == 1, k.source
     launcher = k._fn.__globals__["k0"]
     compiled = _LauncherLike(launcher.fn)
