@@ -200,7 +200,7 @@ def _generate(lowered: LoweredGraph, sched: Schedule, opts: Options, graph: tc_i
         stats["fused_nodes"] += len(step.members) - 1
         stats["bytes_read"] += sum(_nbytes(lowered, n) for n, _ in kernel.inputs)
         stats["bytes_written"] += sum(_nbytes(lowered, n) for n, _ in kernel.outputs)
-        tc_ir.logs.dump("kernel", name, kir.format_kernel(kernel, name) + "\n\n" + source)
+        _dump_kernel(name, kernel, source)
     extern_names = {s.name: f"ext_{s.name}" for s in sched.steps if isinstance(s, ExternCall)}
     writes = inplace.plan(lowered, sched.steps, _layouts(lowered), dict(opts.inplace_outputs), reads_of)
     targets = {extern_names[s.name]: writes.externs[s.name][0] if s.name in writes.externs else s.target
@@ -211,7 +211,7 @@ def _generate(lowered: LoweredGraph, sched: Schedule, opts: Options, graph: tc_i
     timer.times["wrapper"] = time.perf_counter() - start  # reported apart from kernel codegen
     timer.times["codegen"] = timer.times.get("codegen", 0.0) - timer.times["wrapper"]
     tc_ir.logs.dump("wrapper", graph.name, source)
-    tc_ir.logs.dump("fusion", graph.name, "\n".join(sched.log))
+    tc_ir.logs.dump("fusion", graph.name, lambda: "\n".join(sched.log))
     output_code.debug("wrapper for %s:\n%s", graph.name, source)
     for k in kernels:
         output_code.debug("kernel %s of %s:\n%s", k["name"], graph.name, k["source"])
@@ -249,7 +249,12 @@ def _template_call(step, lowered: LoweredGraph, sched: Schedule, opts: Options, 
     stats["fused_nodes"] += len(step.epilogue.members) if step.epilogue is not None else 0
     stats["bytes_read"] += sum(_nbytes(lowered, n) for n, _ in kernel.inputs)
     stats["bytes_written"] += sum(_nbytes(lowered, n) for n, _ in kernel.outputs)
-    tc_ir.logs.dump("kernel", by_source[source], kir.format_kernel(kernel, by_source[source]) + "\n\n" + source)
+    _dump_kernel(by_source[source], kernel, source)
+
+
+def _dump_kernel(name: str, kernel: kir.Kernel, source: str) -> None:
+    """The kernel's IR and source in the debug directory; formatted only when dumps are on."""
+    tc_ir.logs.dump("kernel", name, lambda: kir.format_kernel(kernel, name) + "\n\n" + source)
 
 
 def _target_name(target: Any) -> str | None:

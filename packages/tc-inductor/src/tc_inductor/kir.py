@@ -322,12 +322,32 @@ def rvars(n: int) -> tuple[sympy.Symbol, ...]:
 
 
 def format_kernel(kernel: Kernel, name: str = "kernel") -> str:
-    """A readable text form of a kernel (for logs and the debug directory)."""
+    """A readable text form of a kernel (for logs and the debug directory): each distinct value
+    once, as ``%i = op<dtype>(%j, ..., arg)``, then the statements naming them. Printing the
+    values as nested trees repeats every shared operand at each use, which grows exponentially
+    with the fusion's depth (a GPT-2 training graph spent seconds formatting its kernels)."""
     lines = [f"kernel {name} x={list(kernel.xranges)} r={list(kernel.rranges)}"]
+    names: dict[UOp, str] = {}
+
+    def value(u: UOp) -> str:
+        for v in u.toposort():
+            if v not in names:
+                inner = [names[s] for s in v.src] + ([str(v.arg)] if v.arg is not None else [])
+                names[v] = f"%{len(names)}"
+                lines.append(f"    {names[v]} = {v.op.name.lower()}<{_short(v.dtype)}>({', '.join(inner)})")
+        return names[u]
+
+    def statement(s: Store | Reduce) -> str:
+        if isinstance(s, Reduce):
+            return f"{s.name} = {s.reduction_type}<{_short(s.dtype)}>({value(s.value)})"
+        return f"{s.buffer}[{s.index}] = {value(s.value)} as {_short(s.dtype)}"
+
     for i, stage in enumerate(kernel.stages):
         lines.append(f"  stage {i}:")
-        lines += [f"    inner {s}" for s in stage.inner]
-        lines += [f"    outer {s}" for s in stage.outer]
+        for where, statements in (("inner", stage.inner), ("outer", stage.outer)):
+            for s in statements:
+                text = statement(s)  # appends the values it names first
+                lines.append(f"    {where} {text}")
     return "\n".join(lines)
 
 

@@ -243,7 +243,7 @@ def _log_graph(graph: tc_ir.Graph) -> None:
     if log_graph.isEnabledFor(10):
         log_graph.debug("%s", graph.format(data=False, header="tc_capture"))
     if os.environ.get("TC_DEBUG_DIR"):
-        tc_ir.logs.dump("capture", graph.name, graph.format(data=False))
+        tc_ir.logs.dump("capture", graph.name, lambda: graph.format(data=False))
 
 
 def line_at(code, offset: int) -> int:
