@@ -115,7 +115,7 @@ def schedule(lowered: LoweredGraph, options: dict) -> Schedule:
             reads[step.name] = step_reads
             continue
         reads[step.name] = step_reads
-        group = _choose_group(dag, step, producers, order, decisions, reads) if fuse else None
+        group = _choose_group(dag, step, producers, order, decisions, reads, writer) if fuse else None
         if group is None:
             group = Group(len(order), [], squeeze(step.shape) if not step.is_reduction else squeeze(step.shape),
                           squeeze(step.rranges) if step.is_reduction else (), step.device)
@@ -150,7 +150,7 @@ def _add_extern(dag: nx.DiGraph, step: ExternCall, producers: set, order: list, 
 
 
 def _choose_group(dag: nx.DiGraph, buf: ComputedBuffer, producers: set, order: list, decisions: list,
-                  reads: dict) -> Group | None:
+                  reads: dict, writer: dict) -> Group | None:
     barrier = [p for p in order if getattr(p, "barrier_after", False)]
     if barrier:
         producers = producers | {barrier[-1]}
@@ -160,7 +160,7 @@ def _choose_group(dag: nx.DiGraph, buf: ComputedBuffer, producers: set, order: l
         key = group.key_of(buf)
         if key is None:
             continue
-        why = _illegal(dag, group, buf, producers, key) or _unprofitable(group, buf, producers, reads)
+        why = _illegal(dag, group, buf, producers, key) or _unprofitable(group, buf, producers, reads, writer)
         if why:
             decisions.append(f"not fusing {buf.name} into kernel {group.id}: {why}")
             continue
@@ -197,10 +197,12 @@ def _illegal(dag: nx.DiGraph, group: Group, buf: ComputedBuffer, producers: set,
 MAX_KERNEL_BUFFERS = 256
 
 
-def _unprofitable(group: Group, buf: ComputedBuffer, producers: set, reads: dict) -> str | None:
-    """Horizontal fusion of reductions pays only when they read a buffer in common. Otherwise the
-    kernel saves a launch but waits for its last member's inputs, and in a backward pass it
-    gathers every layer's weight-gradient reductions into one long kernel at the end."""
+def _unprofitable(group: Group, buf: ComputedBuffer, producers: set, reads: dict, writer: dict) -> str | None:
+    """Horizontal fusion of reductions pays only when they read a buffer in common, or wait for
+    the same kernels (the final kernels of split reductions whose partials one kernel wrote).
+    Otherwise the kernel saves a launch but waits for its last member's inputs, and in a
+    backward pass it gathers every layer's weight-gradient reductions into one long kernel at
+    the end."""
     if _buffers(group, buf, reads) >= MAX_KERNEL_BUFFERS:
         return f"a kernel of over {MAX_KERNEL_BUFFERS} buffers"
     if group in producers or not (buf.is_reduction or group.r):
@@ -208,7 +210,15 @@ def _unprofitable(group: Group, buf: ComputedBuffer, producers: set, reads: dict
     mine = reads[buf.name]
     if not mine or any(mine & reads[m.name] for m in group.members):  # (a fill waits for nothing)
         return None
+    theirs = set().union(*(reads[m.name] for m in group.members))
+    if producers and producers == _writers(theirs, writer):
+        return None
     return "independent reductions that read no buffer in common"
+
+
+def _writers(names: set, writer: dict) -> set:
+    """The steps that write ``names`` (graph inputs and constants have none: ready at the start)."""
+    return {writer[n] for n in names if n in writer}
 
 
 def _buffers(group: Group, buf: ComputedBuffer, reads: dict) -> int:
