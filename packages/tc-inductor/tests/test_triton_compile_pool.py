@@ -85,8 +85,8 @@ def test_this_process_then_loads_the_workers_kernel_without_compiling(pool, cach
     compiled_here = _compiles_here(monkeypatch)
     with _stand_in_driver():
         compiled = triton_backend._warmup(getattr(module, name), meta)
-    assert compiled is not None and hashes == [(compiled.hash, compiled.hash)]
-    assert compiled_here == [False]  # one lookup here, and it found the worker's entry
+    assert compiled is not None and hashes == []  # loaded as the worker described it (triton_load.py)
+    assert compiled_here == []  # not even a lookup through Triton's compile path here
     assert [p.name for p in cache.iterdir()] == [triton_backend.triton_cache_entry(cache, compiled.hash)]
 
 
@@ -227,7 +227,7 @@ def test_on_a_gpu_the_workers_compile_and_this_process_only_loads(tmp_path, monk
     k = tc_inductor.compile(g, [x], {"cache": False})
     entries = [d for d in (tmp_path / "triton").iterdir() if any(d.glob("*.cubin"))]
     assert len(entries) == len(k.kernels) >= 1 and len(triton_compile.pool().pids()) >= 1  # (may fuse to one)
-    assert len(compiled_here) == len(k.kernels) and not any(compiled_here)  # loaded here, never compiled
+    assert not any(compiled_here)  # loaded here (triton_load.py: no lookup through Triton's compile), never compiled
     out = k(x)
     torch.testing.assert_close(out[0], torch.softmax(x * c, -1))
     torch.testing.assert_close(out[1], torch.tanh(x + c))

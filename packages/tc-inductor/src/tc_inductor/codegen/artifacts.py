@@ -96,13 +96,14 @@ def _checked_name(name: str) -> str:
 
 # ---- Triton's cache directories ----------------------------------------------------------------
 
-def pack_dirs(root: Path, dirs: list[str]) -> bytes:
-    """The files of ``root/<dir>`` for each dir (Triton's per-kernel cache directories)."""
-    files = {}
+def pack_dirs(root: Path, dirs: list[str], extra: dict[str, bytes] | None = None) -> bytes:
+    """The files of ``root/<dir>`` for each dir (Triton's per-kernel cache directories), and
+    ``extra`` files (``{"dir/file": bytes}``, restored beside them)."""
+    files = {name: bytes(data) for name, data in (extra or {}).items()}
     for d in dirs:
         for path in sorted((root / d).iterdir()):
             if path.is_file() and _SAFE.match(path.name) and ".tmp" not in path.name and path.name != "lock":
-                files[f"{d}/{path.name}"] = path.read_bytes()
+                files.setdefault(f"{d}/{path.name}", path.read_bytes())
     return pack(files)
 
 

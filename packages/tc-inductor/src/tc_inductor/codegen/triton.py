@@ -14,6 +14,7 @@ import contextlib
 import functools
 import hashlib
 import importlib.util
+import json
 import math
 import os
 import re
@@ -28,7 +29,7 @@ import tc_ir
 
 from .. import kir
 from ..kir import Ops, UOp
-from . import artifacts, build, triton_compile
+from . import artifacts, build, triton_compile, triton_load
 from .build import cache_dir, ensure_file
 from .common import Emitter, Scope, print_index
 from .registry import register_backend
@@ -1009,6 +1010,10 @@ def _start_warmup(kernel: Any, record: dict, store: Any = None) -> None:
 
 
 def _warmup(kernel: Any, meta: dict, store: Any = None, key: str = "") -> Any:
+    """The compiled kernel of ``meta``'s signature and config, loaded with its C launcher: from
+    the artifact store, else compiled in a worker, and read from Triton's cache without
+    Triton's cache key (``triton_load.py``); through ``JITFunction.warmup`` where that fails
+    (autotuned kernels, no worker, an entry or reply that does not describe the kernel)."""
     sig = meta["warmup"]
     args = [getattr(torch, name) for name in sig["pointers"]] + list(sig["ints"])
     consts = ({} if meta["autotune"] else dict(meta["config"])) | meta.get("options", {})
@@ -1017,19 +1022,38 @@ def _warmup(kernel: Any, meta: dict, store: Any = None, key: str = "") -> Any:
         with torch.cuda.device(sig["device"]) if torch.cuda.is_available() else contextlib.nullcontext():
             store_key = _store_key(key, sig["device"])
             restored = _restore_compiled(store, store_key, _triton_cache_root()) if store is not None else []
-            expected = None if meta["autotune"] or restored else _compile_in_worker(kernel, sig, consts)
-            compiled = kernel.warmup(*args, grid=(1,), **consts)  # a cache hit after the worker's compile
-            compiled = compiled.result() if hasattr(compiled, "result") else compiled
+            described = _stored_description(_triton_cache_root(), restored)
+            if not meta["autotune"] and not restored:
+                described = _compile_in_worker(kernel, sig, consts)
+            compiled = _load_compiled(kernel, args, consts, described)
+            if compiled is None:
+                compiled = kernel.warmup(*args, grid=(1,), **consts)  # a cache hit after the worker's compile
+                compiled = compiled.result() if hasattr(compiled, "result") else compiled
+                triton_compile.check_hash(kernel, (described or {}).get("hash"), compiled)
             _load_ahead(compiled)
-            triton_compile.check_hash(kernel, expected, compiled)
-        if store is not None:
-            _save_compiled(store, store_key, compiled, _triton_cache_root(), restored)
+        if store is not None:  # an entry without the description (older tc) is stored again, with it
+            _save_compiled(store, store_key, compiled, _triton_cache_root(), restored, stale=described is None)
         return compiled
     except Exception as e:  # the first launch compiles it again and raises what is wrong
         if _is_compile_error(e):  # ... unless the source itself is: then the compile fails now, not at launch
             raise
         _log.debug("ahead-of-time compile of a Triton kernel failed (%s: %s); it compiles at launch",
                    type(e).__name__, e)
+        return None
+
+
+def _load_compiled(kernel: Any, args: list, consts: dict, described: dict | None) -> Any:
+    """The kernel ``described`` (a worker's reply or a store entry) loaded from Triton's cache
+    without Triton's cache key; None where it cannot be (``warmup`` then loads or compiles it)."""
+    from triton.runtime.jit import JITFunction
+
+    if not described or not isinstance(kernel, JITFunction):
+        return None
+    try:
+        return triton_load.load(kernel, args, consts, described.get("hash"), described.get("src"))
+    except Exception as e:  # never a wrong kernel: warmup's own lookup (or compile) is always right
+        _log.info("loading Triton kernel %s without Triton's cache key failed (%s: %s); using warmup",
+                  kernel, type(e).__name__, e)
         return None
 
 
@@ -1063,9 +1087,10 @@ def _start_compile_workers(device: int) -> None:
     triton_compile.pool(target)
 
 
-def _compile_in_worker(kernel: Any, sig: dict, consts: dict) -> str | None:
+def _compile_in_worker(kernel: Any, sig: dict, consts: dict) -> dict | None:
     """Compile ``kernel`` into Triton's cache in a worker process (``triton_compile.py``), so
-    that ``warmup`` here only loads it; the worker's kernel hash, or None where it did not."""
+    that this process only loads it; the worker's description of the compiled kernel
+    (``{"hash", "src", "launcher"}``), or None where it did not."""
     from triton.runtime.jit import JITFunction, MockTensor, mangle_type
 
     if not isinstance(kernel, JITFunction):  # autotuned, interpreted, or a test's stand-in
@@ -1085,8 +1110,11 @@ def _compile_in_worker(kernel: Any, sig: dict, consts: dict) -> str | None:
 # and a ``__grp__`` file listing them), where ``hash`` is ``CompiledKernel.hash``: a digest of the
 # source, options, target and Triton's version. We cannot compute that hash before Triton does,
 # so the store entry is keyed by what we launch (source, signature, config) plus the Triton version
-# and the device's capability, and holds the directory; restored before ``warmup``, Triton's own
-# lookup then finds it. Triton's C launcher (built once per argument signature) is not carried.
+# and the device's capability, and holds the directory plus ``tc_load.json`` (``DESCRIPTION``): the
+# hash and ``triton_load.describe`` of the kernel's ``src``. Restored, the kernel is loaded from it
+# without Triton's cache key (``triton_load.load``); an entry without it (older tc) or one that
+# does not load goes through ``warmup``, whose own lookup finds the directory, and is stored again.
+# Triton's C launcher (built once per argument signature) is not carried.
 
 def _store_key(key: str, device: int) -> str:
     import triton
@@ -1121,12 +1149,31 @@ def _restore_compiled(store: Any, key: str, root: Path) -> list[str]:
         return []
 
 
-def _save_compiled(store: Any, key: str, compiled: Any, root: Path, restored: list[str]) -> None:
+DESCRIPTION = "tc_load.json"
+
+
+def _stored_description(root: Path, restored: list[str]) -> dict | None:
+    """The ``DESCRIPTION`` of a restored entry: ``{"hash", "src"}``; None if absent or unreadable."""
+    if len(restored) != 1:
+        return None
+    try:
+        described = json.loads((root / restored[0] / DESCRIPTION).read_text())
+    except (OSError, ValueError):
+        return None
+    return described if isinstance(described, dict) else None
+
+
+def _save_compiled(store: Any, key: str, compiled: Any, root: Path, restored: list[str], stale: bool = False) -> None:
+    """Store ``compiled``'s cache directory, with its ``DESCRIPTION``; not if it was restored from
+    the store (unless the entry was ``stale``: without a description)."""
     digest = getattr(compiled, "hash", None)  # None for autotuned kernels (several configs)
     name = triton_cache_entry(root, digest) if isinstance(digest, str) else None
-    if name is None or name in restored:
+    if name is None or (name in restored and not stale):
         return
-    artifacts.store_put(store, "triton_kernel", key, artifacts.pack_dirs(root, [name]))
+    extra = {}
+    with contextlib.suppress(Exception):  # no src to describe (a stand-in): stored without, loaded by warmup
+        extra[f"{name}/{DESCRIPTION}"] = json.dumps({"hash": digest, "src": triton_load.describe(compiled.src)}).encode()
+    artifacts.store_put(store, "triton_kernel", key, artifacts.pack_dirs(root, [name], extra))
 
 
 def triton_cache_entry(root: Path, digest: str) -> str | None:

@@ -3,10 +3,12 @@
 Triton's frontend (Python AST → TTIR) holds the GIL, so compiles in threads barely overlap and
 slow down our own code generation. Each CUDA kernel is therefore compiled first in a worker
 process (``triton_worker.py``: Triton without torch), which writes it into Triton's on-disk
-cache; the parent's ``JITFunction.warmup`` afterwards finds it there instead of compiling. Both
-run the same ``warmup`` path on the same kernel file, arguments, target and environment, so they
-compute the same cache key; the worker's kernel hash is compared with the parent's, and a
-difference is logged (``TC_LOGS=perf_hints``: the parent then compiled it again).
+cache, builds the kernel's C launcher there too (gcc, once per argument signature), and replies
+with the kernel's hash and the signature, constants and attributes it compiled for. The parent
+then loads it from there without Triton's own cache key (``triton_load.py``: that key hashes
+Triton's sources, seconds in a fresh process); where that fails, its ``JITFunction.warmup``
+finds the worker's entry (same kernel file, arguments, target and environment: the same key),
+and a different hash is logged (``TC_LOGS=perf_hints``: the parent then compiled it again).
 
 The pool starts with the first CUDA kernel generated, with ``TC_COMPILE_WORKERS`` processes
 (default: the usable CPUs, at most 16; ``0``: compile in-process, in threads), and serves every
@@ -208,7 +210,8 @@ def current_target(device: int) -> tuple:
     return _targets[device]
 
 
-def compile_job(path: str, name: str, pointers: list[str], ints: list[int], kwargs: dict, target: tuple) -> dict:
+def compile_job(path: str, name: str, pointers: list[str], ints: list[int], kwargs: dict, target: tuple,
+                describe: bool = False, launcher: bool = False) -> dict:
     """The request that compiles the jitted ``name`` of the module file ``path`` as
     ``fn.warmup(*args, grid=(1,), **kwargs)`` would in this process.
 
@@ -216,14 +219,19 @@ def compile_job(path: str, name: str, pointers: list[str], ints: list[int], kwar
     the constexprs and options (``XBLOCK``, ``num_warps``...), ``target`` ``(backend, arch,
     warp_size)`` as this process's driver reports it. The environment goes along: Triton's
     knobs (which write theirs there) and cache-invalidating variables, ``TRITON_CACHE_DIR``
-    included, must be this process's for the cache keys to agree."""
+    included, must be this process's for the cache keys to agree. ``describe``: the reply is
+    ``{"hash", "src", "launcher"}`` (``triton_worker.compile_kernel``), not the hash alone;
+    ``launcher``: the worker also builds Triton's C launcher of the kernel."""
     return {"op": "compile", "path": str(path), "name": name, "pointers": list(pointers), "ints": list(ints),
-            "kwargs": dict(kwargs), "target": tuple(target), "env": dict(os.environ)}
+            "kwargs": dict(kwargs), "target": tuple(target), "env": dict(os.environ), "describe": describe,
+            "launcher": launcher}
 
 
-def precompile(fn: Any, pointers: list[str], ints: list[int], kwargs: dict, target: tuple) -> str | None:
-    """Compile the ``JITFunction`` ``fn`` in a worker and wait; the compiled kernel's hash, or None
-    (no pool, or it failed: logged, and the caller's ``warmup`` compiles it in-process)."""
+def precompile(fn: Any, pointers: list[str], ints: list[int], kwargs: dict, target: tuple) -> dict | None:
+    """Compile the ``JITFunction`` ``fn`` in a worker and wait; the worker's description of the
+    compiled kernel (``{"hash", "src", "launcher"}``, see ``compile_job``: the worker also builds
+    the kernel's C launcher, on an NVIDIA target), or None (no pool, or it failed: logged, and
+    the caller's ``warmup`` compiles it in-process)."""
     global _disabled
     p = pool(target)
     if p is None:
@@ -233,7 +241,9 @@ def precompile(fn: Any, pointers: list[str], ints: list[int], kwargs: dict, targ
     # JITFunction.run resolves debug from the function and the knob: pass what it resolves to here
     kwargs = {"debug": bool(fn.debug or knobs.runtime.debug), **kwargs}
     try:
-        return p.submit(compile_job(fn.fn.__code__.co_filename, fn.fn.__name__, pointers, ints, kwargs, target)).result()
+        job = compile_job(fn.fn.__code__.co_filename, fn.fn.__name__, pointers, ints, kwargs, target, describe=True,
+                          launcher=_launchers_in_workers())
+        return p.submit(job).result()
     except WorkerCrashed as e:
         _log.debug("%s; compiling %s in-process", e, fn)
         if p.crashes > 2 * p.n:  # workers that keep dying cost more than they save
@@ -243,6 +253,12 @@ def precompile(fn: Any, pointers: list[str], ints: list[int], kwargs: dict, targ
     except Exception as e:
         _log.debug("Triton compile worker failed on %s (%s: %s); compiling it in-process", fn, type(e).__name__, e)
         return None
+
+
+def _launchers_in_workers() -> bool:
+    """Whether workers build the C launchers too (``TC_TRITON_LAUNCHERS_IN_WORKERS=0``: the
+    loading thread here builds them, as Triton does)."""
+    return os.environ.get("TC_TRITON_LAUNCHERS_IN_WORKERS", "1") != "0"
 
 
 def check_hash(fn: Any, expected: str | None, compiled: Any) -> None:

@@ -9,11 +9,24 @@ launch_metadata, enter_hook, exit_hook, *all_args)`` with constexpr values inclu
 launcher's signature lists them and skips them), and pointers passed as ints (``data_ptr()``
 read once here; the C launcher takes an int as it is).
 
-The direct path checks itself: its first launch is compared with a ``JITFunction.run`` launch,
-and any failure or difference falls back to ``run`` for good (logged under
-``TC_LOGS=perf_hints``). ``run`` is also used where the direct path cannot be (the interpreter,
-a failed ahead-of-time compile, launch hooks set by a profiler, a pointer whose alignment
-differs from what the kernel was specialised for).
+The direct path checks itself at its first launch, against a second launch path that is
+Triton's own: ``run``'s binder and argument packing on the launch's arguments (``triton_load.bind``:
+which parameters are constexprs, in which order the launcher takes them, their values), then
+the compiled kernel's own launcher (``CompiledKernel.run``, Python ``__call__``: scratch memory,
+launch metadata) with the bound arguments. That is everything ``JITFunction.run`` does after its
+kernel-cache lookup, without the lookup: a miss there (always, in a process that loaded the
+kernel from the artifact store) computes Triton's compiler cache key, seconds in a fresh process
+(``triton_load.py``). The check first asks whether ``run`` would launch this compiled kernel at
+all: the binding's signature, constants and attributes must be the kernel's (``src``); where they
+differ, this launch goes through ``run`` (which compiles what it needs), and the check waits for
+a later launch (a few times, then ``run`` for good). Then both paths launch and the outputs must
+be equal; any failure or difference falls back to ``run`` for good (logged under
+``TC_LOGS=perf_hints``). So what the check protects (argument order, constexpr handling and
+the launcher call of the direct path) is still compared with Triton's, at every process's first
+launch, with no compile and no cache key. A function that is no ``JITFunction`` (the
+interpreter, tests' stand-ins) is compared with ``run`` itself. ``run`` is also used where the
+direct path cannot be (the interpreter, a failed ahead-of-time compile, launch hooks set by a
+profiler, a pointer whose alignment differs from what the kernel was specialised for).
 """
 
 from __future__ import annotations
@@ -26,7 +39,10 @@ import torch
 
 import tc_ir
 
+from . import triton_load
+
 _log = tc_ir.logs.get_logger("perf_hints")
+CHECKS = 3  # first launches whose binding is not the compiled kernel's, before run for good
 
 
 class TritonLauncher:
@@ -47,6 +63,7 @@ class TritonLauncher:
         self.compiled, self.device = compiled, device
         self._stream = self._knobs = None  # triton's current-stream getter and runtime knobs
         self._c_launch, self._c_args = None, ()  # bound at the first direct launch (``_bind``)
+        self._checks = CHECKS
         self.launch = self._first if compiled is not None else self._via_run
 
     def __call__(self, grid0: int, *args: Any) -> None:
@@ -77,7 +94,8 @@ class TritonLauncher:
             # an output written in place into an input (inplace.py) holds the input's old value:
             # kept, and put back before each further launch, so each computes from the same values
             before = [args[i].clone() for i in self.outputs] if _in_place(args, self.outputs, self.n_pointers) else None
-            self._via_run(grid0, *args)
+            if not self._reference(grid0, *args):
+                return
             expected = [args[i].clone() for i in self.outputs]
             _restore(args, self.outputs, before)
             self._direct(grid0, *args)
@@ -93,6 +111,29 @@ class TritonLauncher:
                       type(e).__name__, e)
             _restore(args, self.outputs, before)
             self._via_run(grid0, *args)
+
+    def _reference(self, grid0: int, *args: Any) -> bool:
+        """Launch as Triton would (see the module's docstring); False where ``run`` would not
+        launch this compiled kernel: this launch then went through ``run``."""
+        from triton.runtime.jit import JITFunction
+
+        if not isinstance(self.fn, JITFunction):
+            self._via_run(grid0, *args)
+            return True
+        k = self.compiled
+        bound = triton_load.bind(self.fn, args, self.run_kwargs)
+        if triton_load.bound_description(self.fn, bound) != triton_load.describe(k.src):
+            self._checks -= 1
+            if self._checks > 0:
+                self.launch = self._first
+            _log.debug("a launch of %s binds otherwise than its compiled kernel; through run", self.fn)
+            self._via_run(grid0, *args)
+            return False
+        values = list(bound.args.values())
+        stream, grid = self._stream(self.device), (grid0, 1, 1)
+        k.run(grid0, 1, 1, stream, k.function, k.packed_metadata, k.launch_metadata(grid, stream, *values),
+              self._knobs.launch_enter_hook, self._knobs.launch_exit_hook, *values)
+        return True
 
     def _direct(self, grid0: int, *args: Any) -> None:
         # Pointers go to the C launcher as ints: given a tensor it would call data_ptr() again

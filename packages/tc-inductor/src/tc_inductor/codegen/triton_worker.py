@@ -64,8 +64,11 @@ def handle(job: dict) -> tuple[str, object]:
         return "error", f"{type(e).__name__}: {e}\n{''.join(traceback.format_exception(e)[-6:])}"
 
 
-def compile_kernel(job: dict) -> str:
-    """Compile as ``JITFunction.warmup`` in the parent would; the compiled kernel's cache hash."""
+def compile_kernel(job: dict) -> str | dict:
+    """Compile as ``JITFunction.warmup`` in the parent would; the compiled kernel's cache hash,
+    or, for a job with ``describe``, ``{"hash", "src", "launcher"}``: the hash, what the parent
+    needs to load the kernel without Triton's cache key (``triton_load.describe`` of the
+    kernel's ``src``), and whether Triton's C launcher for it is built (``build_launcher``)."""
     from triton.backends.compiler import GPUTarget
     from triton.runtime.driver import driver
     from triton.runtime.jit import MockTensor
@@ -74,7 +77,36 @@ def compile_kernel(job: dict) -> str:
     driver.set_active(TargetOnly(GPUTarget(*job["target"])))
     fn = kernel_function(job["path"], job["name"])
     args = [MockTensor(t.removeprefix("*")) for t in job["pointers"]] + list(job["ints"])
-    return fn.warmup(*args, grid=(1,), **job["kwargs"]).hash
+    kernel = fn.warmup(*args, grid=(1,), **job["kwargs"])
+    if not job.get("describe"):
+        return kernel.hash
+    return {"hash": kernel.hash, "src": describe(kernel.src),
+            "launcher": build_launcher(kernel) if job.get("launcher") else "not asked"}
+
+
+def describe(src) -> dict:
+    """``triton_load.describe`` (this script imports nothing of tc_inductor: kept equal by a test)."""
+    import json
+
+    plain = {"signature": dict(src.signature), "constants": sorted(map(list, src.constants.items())),
+             "attrs": sorted(map(list, src.attrs.items()))}
+    return json.loads(json.dumps(plain, default=lambda obj: obj._asdict() if hasattr(obj, "_asdict") else vars(obj)))
+
+
+def build_launcher(kernel) -> str:
+    """Build Triton's C launcher of ``kernel`` (gcc, once per argument signature) into Triton's
+    cache, where the parent's first load of the kernel finds it: built here, beside the other
+    compiles, not in the parent when it loads the kernel. ``"built"``, or why not (no CUDA
+    driver library here: the parent builds it)."""
+    if kernel.metadata.target.backend != "cuda":
+        return "not a CUDA kernel"
+    try:
+        from triton.backends.nvidia.driver import CudaLauncher
+
+        CudaLauncher(kernel.src, kernel.metadata)
+        return "built"
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"
 
 
 WARM_UP_KERNEL = """import triton

@@ -1,0 +1,334 @@
+"""Compiled Triton kernels load without Triton's cache key (``codegen/triton_load.py``).
+
+Without a GPU the workers compile for a stand-in target, sm_90 (Triton's wheel brings ptxas), and
+this process loads for the same target; Triton's cache key (``get_cache_key``: ``triton_key()``
+and ``ptxas --version``) is made to raise, so a test passes only where nothing computed it. What
+is loaded is compared with what ``JITFunction.warmup`` binds: its ``_do_compile`` is intercepted.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import sympy
+import torch
+import triton.experimental.gluon  # noqa: F401  (imported as the conftest says, before a test unsets TRITON_INTERPRET)
+from test_kernel_artifacts import DictStore
+from test_triton_compile_pool import TARGET, _stand_in_driver
+from test_triton_warmup import kernel_of
+
+from tc_inductor import kir
+from tc_inductor.codegen import triton as triton_backend
+from tc_inductor.codegen import triton_compile, triton_load, triton_worker
+from tc_inductor.config import Options
+
+OPS = kir.Ops
+_REAL_GET_CACHE_KEY = __import__("triton.runtime.cache").runtime.cache.get_cache_key
+
+
+@pytest.fixture(scope="module")
+def pool():
+    p = triton_compile.CompilePool(1)
+    assert [f.result(timeout=120) for f in p.start(TARGET)] == p.pids()
+    yield p
+    p.shutdown()
+
+
+@pytest.fixture
+def cuda_like(tmp_path, monkeypatch, pool):
+    """A real JITFunction here (no interpreter), the stand-in target, our pool, and Triton's
+    cache key made to raise."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(triton_compile, "_pool", pool)
+    monkeypatch.setattr(triton_compile, "_targets", {0: TARGET})
+    with _stand_in_driver():
+        yield _no_cache_key(monkeypatch)
+
+
+def _no_cache_key(monkeypatch) -> list[str]:
+    import triton.compiler.compiler as compiler
+    import triton.runtime.cache as cache
+
+    calls: list[str] = []
+
+    def refuse(*args, **kwargs):
+        calls.append("get_cache_key")
+        raise AssertionError("Triton's cache key computed")
+
+    monkeypatch.setattr(compiler, "get_cache_key", refuse)
+    monkeypatch.setattr(cache, "get_cache_key", refuse)
+    return calls
+
+
+def _reduction(sizes=()):
+    r = kir.rvars(1)[0]
+    x = kir.xvars(1)[0]
+    value = kir.cast(kir.load("a", x * 96 + r, torch.bfloat16), torch.float32)
+    red = kir.Reduce("acc", "sum", value, torch.float32)
+    stage = kir.Stage((red,), (kir.Store("b", x, kir.UOp(OPS.REDUCED, torch.float32, (), "acc"), torch.float32),))
+    return kir.Kernel((64,), (96,), (stage,), (("a", torch.bfloat16),), (("b", torch.float32),), sizes)
+
+
+KERNELS = {
+    "pointwise": lambda: kernel_of((64, 128)),
+    "int_size": lambda: kernel_of((4, sympy.Symbol("s0", integer=True, positive=True)), sizes=("s0",)),
+    "size_one": lambda: kernel_of((1,)),  # xnumel == 1: Triton specialises it as a constexpr
+    "odd_size": lambda: kernel_of((3, 7)),  # no divisibility attribute
+}
+
+
+def _module_kernel(directory: Path, kernel: kir.Kernel):
+    backend = triton_backend.TritonBackend()
+    source = backend.generate(kernel, "kernel", Options(), "cuda")
+    path = directory / f"tc_load_{abs(hash(source))}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    meta = backend.metadata(kernel, Options(), "cuda")
+    return getattr(module, triton_backend.kernel_function_name(source)), meta
+
+
+def _warmup_args(meta: dict) -> tuple[list, dict]:
+    sig = meta["warmup"]
+    return [getattr(torch, n) for n in sig["pointers"]] + list(sig["ints"]), dict(meta["config"]) | meta["options"]
+
+
+def _what_warmup_binds(fn, args, consts, monkeypatch) -> dict:
+    """``describe`` of the src ``fn.warmup`` hands to Triton's compiler (intercepted: no compile)."""
+    from triton.compiler import ASTSource
+
+    seen = {}
+
+    def do_compile(self, key, signature, device, constexprs, options, attrs, warmup):
+        seen["src"] = triton_load.describe(ASTSource(self, signature, constexprs, attrs))
+
+    monkeypatch.setattr(type(fn), "_do_compile", do_compile)
+    fn.device_caches.clear()
+    fn.warmup(*args, grid=(1,), **consts)
+    monkeypatch.undo()
+    fn.device_caches.clear()
+    return seen["src"]
+
+
+@pytest.mark.parametrize("case", ["pointwise", "int_size", "size_one", "odd_size", "reduction", "debug"])
+def test_worker_compiled_kernel_loads_as_warmup_binds_it(case, cuda_like, tmp_path, monkeypatch):
+    kernel = _reduction() if case == "reduction" else KERNELS.get(case, lambda: kernel_of((32, 8)))()
+    if case == "debug":  # index checks: debug=True and sanitize_overflow=False (launch_options)
+        kernel = _with_index_check(kernel)
+    fn, meta = _module_kernel(tmp_path, kernel)
+    args, consts = _warmup_args(meta)
+    reply = triton_backend._compile_in_worker(fn, meta["warmup"], consts)
+    assert set(reply) == {"hash", "src", "launcher"} and reply["src"]["signature"]
+    loaded = triton_load.load(fn, args, consts, reply["hash"], reply["src"])
+    assert loaded.hash == reply["hash"] and cuda_like == []  # no cache key computed
+    assert triton_load.describe(loaded.src) == reply["src"]
+    # what Triton's own warmup would bind (with its cache key: allowed from here on)
+    monkeypatch.setattr(triton_compile, "_pool", None)
+    warm = _what_warmup_binds(fn, args, consts, monkeypatch)
+    assert warm == reply["src"]
+    if case == "size_one":
+        xnumel = fn.arg_names.index("xnumel")
+        assert reply["src"]["signature"]["xnumel"] == "constexpr" and [[xnumel], 1] in reply["src"]["constants"]
+    if case == "debug":
+        assert loaded.metadata.debug and not loaded.metadata.sanitize_overflow
+
+
+def _with_index_check(_: kir.Kernel) -> kir.Kernel:
+    """A store of ``i[x]`` checked as an index into a dim of 64 (a device assert)."""
+    x = kir.xvars(1)[0]
+    checked = kir.checked_index(kir.load("i", x, torch.int64), 64, False)
+    store = kir.Store("b", x, kir.cast(checked, torch.float32), torch.float32)
+    kernel = kir.Kernel((256,), (), (kir.Stage((store,), ()),), (("i", torch.int64),), (("b", torch.float32),))
+    assert kir.has_index_checks(kernel)
+    return kernel
+
+
+def test_loaded_kernel_is_entered_under_runs_key(cuda_like, tmp_path):
+    fn, meta = _module_kernel(tmp_path, kernel_of((16, 16)))
+    args, consts = _warmup_args(meta)
+    reply = triton_backend._compile_in_worker(fn, meta["warmup"], consts)
+    loaded = triton_load.load(fn, args, consts, reply["hash"], reply["src"])
+    bound = triton_load.bind(fn, args, consts)
+    assert bound.kernel_cache[bound.key] is loaded
+
+
+@pytest.mark.parametrize("damage", ["no_hash", "other_hash", "other_signature", "no_src", "metadata"])
+def test_an_incomplete_description_is_a_load_error(damage, cuda_like, tmp_path):
+    fn, meta = _module_kernel(tmp_path, kernel_of((8, 24)))
+    args, consts = _warmup_args(meta)
+    reply = triton_backend._compile_in_worker(fn, meta["warmup"], consts)
+    digest, src = reply["hash"], json.loads(json.dumps(reply["src"]))
+    if damage == "no_hash":
+        digest = None
+    elif damage == "other_hash":
+        digest = "0" * 64
+    elif damage == "other_signature":
+        src["signature"]["a"] = "*fp16"
+    elif damage == "no_src":
+        src = None
+    else:  # the binary was compiled with other options than these
+        consts = {**consts, "num_warps": 2 if consts.get("num_warps") != 2 else 4}
+    with pytest.raises(triton_load.LoadError):
+        triton_load.load(fn, args, consts, digest, src)
+
+
+def test_warmup_falls_back_to_tritons_path_when_the_reply_does_not_load(cuda_like, tmp_path, monkeypatch):
+    fn, meta = _module_kernel(tmp_path, kernel_of((8, 40)))
+    real = triton_backend._compile_in_worker
+    compiled = triton_backend._warmup(fn, meta)  # compiled in the worker, loaded here
+    assert compiled is not None and cuda_like == []
+    fn.device_caches.clear()
+    _allow_cache_key(monkeypatch)  # Triton's own path needs its key
+    monkeypatch.setattr(triton_backend, "_compile_in_worker", lambda *a: {**real(*a), "hash": "0" * 64})
+    again = triton_backend._warmup(fn, meta)  # a reply naming no entry: warmup finds the worker's
+    assert again is not None and again.hash == compiled.hash and again is not compiled
+
+
+def _allow_cache_key(monkeypatch) -> None:
+    import triton.compiler.compiler as compiler
+    import triton.runtime.cache as cache
+
+    monkeypatch.setattr(compiler, "get_cache_key", _REAL_GET_CACHE_KEY)
+    monkeypatch.setattr(cache, "get_cache_key", _REAL_GET_CACHE_KEY)
+
+
+def test_store_entry_round_trip_loads_without_the_key(cuda_like, tmp_path, monkeypatch):
+    fn, meta = _module_kernel(tmp_path, kernel_of((24, 24)))
+    record = {"source": f"store round trip {tmp_path}", "meta": meta}
+    store = DictStore()
+    key = triton_backend._warmup_key(record)
+    first = triton_backend._warmup(fn, meta, store, key)
+    assert first is not None and cuda_like == []
+    ((kind, entry),) = store.data
+    files = triton_compile_archive(store.data[(kind, entry)])
+    (described,) = [json.loads(v) for n, v in files.items() if n.endswith(triton_backend.DESCRIPTION)]
+    assert described == {"hash": first.hash, "src": triton_load.describe(first.src)}
+    # a fresh Triton cache (another machine): restored from the store, loaded, no worker asked
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "other"))
+    monkeypatch.setattr(triton_backend, "_compile_in_worker", _refuse)
+    fn.device_caches.clear()
+    again = triton_backend._warmup(fn, meta, store, key)
+    assert again is not None and again is not first and again.hash == first.hash and cuda_like == []
+    assert Path(again.metadata_group[f"{fn.fn.__name__}.json"]).is_relative_to(tmp_path / "other")
+    assert again.asm["cubin"] == first.asm["cubin"]
+
+
+def test_an_entry_without_description_is_loaded_by_warmup_and_stored_again(cuda_like, tmp_path, monkeypatch):
+    fn, meta = _module_kernel(tmp_path, kernel_of((40, 8)))
+    store = DictStore()
+    key = triton_backend._warmup_key({"source": f"old entry {tmp_path}", "meta": meta})
+    first = triton_backend._warmup(fn, meta, store, key)
+    ((kind, entry),) = store.data
+    files = triton_compile_archive(store.data[(kind, entry)])
+    old = {n: v for n, v in files.items() if not n.endswith(triton_backend.DESCRIPTION)}
+    store.data[(kind, entry)] = triton_backend.artifacts.pack(old)  # as an older tc stored it
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "other"))
+    monkeypatch.setattr(triton_backend, "_compile_in_worker", _refuse)
+    fn.device_caches.clear()
+    _allow_cache_key(monkeypatch)  # warmup's lookup computes Triton's key
+    again = triton_backend._warmup(fn, meta, store, key)
+    assert again is not None and again.hash == first.hash
+    files = triton_compile_archive(store.data[(kind, entry)])
+    assert any(n.endswith(triton_backend.DESCRIPTION) for n in files)  # stored again, with it
+
+
+def test_the_workers_description_is_triton_loads():
+    src = type("Src", (), {"signature": {"a": "*fp32", "n": "constexpr", "m": "i32"},
+                           "constants": {(1,): 1, (3,): 128}, "attrs": {(0,): [["tt.divisibility", 16]]}})()
+    assert triton_worker.describe(src) == triton_load.describe(src)
+
+
+def test_first_launch_check_binds_real_tensors_as_the_compiled_kernel(cuda_like, tmp_path):
+    """The direct launcher's check binds the launch's real arguments with Triton's binder: 16-byte
+    aligned tensors bind as the kernel was compiled, a misaligned one does not (run compiles)."""
+    fn, meta = _module_kernel(tmp_path, kernel_of((16, 32)))
+    args, consts = _warmup_args(meta)
+    reply = triton_backend._compile_in_worker(fn, meta["warmup"], consts)
+    loaded = triton_load.load(fn, args, consts, reply["hash"], reply["src"])
+    a, b = torch.randn(16 * 32).to(torch.bfloat16), torch.empty(16 * 32 + 1)
+    aligned = triton_load.bind(fn, [a, b[:-1]] + meta["warmup"]["ints"], consts)
+    assert triton_load.bound_description(fn, aligned) == triton_load.describe(loaded.src)
+    shifted = triton_load.bind(fn, [a, b[1:]] + meta["warmup"]["ints"], consts)
+    assert triton_load.bound_description(fn, shifted) != triton_load.describe(loaded.src)
+    assert list(aligned.args) == fn.arg_names  # what run passes the launcher: every parameter in order
+
+
+def _refuse(*args, **kwargs):
+    raise AssertionError("compiled in a worker although the store had it")
+
+
+def triton_compile_archive(data: bytes) -> dict:
+    return triton_backend.artifacts.unpack(data)
+
+
+# ---- on the GPU ---------------------------------------------------------------------------------
+
+GPU_SCRIPT = """
+import sys
+from pathlib import Path
+import torch, tc_ir, tc_inductor
+import triton.compiler.compiler as compiler
+import triton.runtime.cache as cache
+from tc_inductor.codegen.triton_launch import TritonLauncher
+
+keys = []  # Triton's compiler cache key (triton_key(), ptxas --version), counted
+real_key = cache.get_cache_key
+def counted(*args, **kwargs):
+    keys.append(1)
+    return real_key(*args, **kwargs)
+compiler.get_cache_key = cache.get_cache_key = counted
+
+class DirStore:
+    def __init__(self, root):
+        self.root = Path(root)
+    def get(self, kind, key):
+        path = self.root / kind / key
+        return path.read_bytes() if path.exists() else None
+    def put(self, kind, key, data):
+        (self.root / kind).mkdir(parents=True, exist_ok=True)
+        (self.root / kind / key).write_bytes(data)
+
+aten = torch.ops.aten
+g = tc_ir.Graph()
+x = g.input("x", tc_ir.TensorSpec((1000, 37), torch.float32, device=torch.device("cuda")))
+y = g.input("y", tc_ir.TensorSpec((1,), torch.float32, device=torch.device("cuda")))
+g.output(g.call(aten._softmax.default, g.call(aten.mul.Tensor, g.call(aten.sin.default, x), 1.2345), -1, False),
+         g.call(aten.add.Tensor, g.call(aten.cos.default, y), 1.0))
+x, y = torch.randn(1000, 37, device="cuda"), torch.randn(1, device="cuda")
+k = tc_inductor.compile(g, [x, y], {"artifact_store": DirStore(sys.argv[1]), "cache": False, "fusion": False})
+paths = []
+for _ in range(3):
+    x, y = torch.randn(1000, 37, device="cuda"), torch.randn(1, device="cuda")
+    out = k(x, y)
+    torch.testing.assert_close(out[0], torch.softmax(x.sin() * 1.2345, -1))
+    torch.testing.assert_close(out[1], y.cos() + 1)
+    launchers = [v for v in k._fn.__globals__.values() if isinstance(v, TritonLauncher)]
+    paths.append(sorted(l.launch.__func__.__name__ for l in launchers))
+print("keys", len(keys), "paths", paths[-1])
+"""
+
+
+@pytest.mark.cuda
+def test_a_warm_process_loads_and_launches_without_tritons_cache_key(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    def run(cache: str) -> str:
+        env = {**os.environ, "TC_CACHE_DIR": str(tmp_path / cache), "TRITON_CACHE_DIR": str(tmp_path / f"t{cache}"),
+               "PYTHONPATH": os.pathsep.join(sys.path)}
+        env.pop("TRITON_INTERPRET", None)
+        result = subprocess.run([sys.executable, "-c", GPU_SCRIPT, str(tmp_path / "store")], env=env,
+                                capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    cold = run("A")  # compiled in the workers, loaded here
+    assert "keys 0 " in cold and "_via_run" not in cold, cold
+    warm = run("B")  # another machine: only the store is warm
+    assert "keys 0 " in warm and "_via_run" not in warm and "_direct" in warm, warm
