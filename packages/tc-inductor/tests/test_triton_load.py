@@ -297,8 +297,8 @@ aten = torch.ops.aten
 g = tc_ir.Graph()
 x = g.input("x", tc_ir.TensorSpec((1000, 37), torch.float32, device=torch.device("cuda")))
 y = g.input("y", tc_ir.TensorSpec((1,), torch.float32, device=torch.device("cuda")))
-g.output(g.call(aten._softmax.default, g.call(aten.mul.Tensor, g.call(aten.sin.default, x), 1.2345), -1, False),
-         g.call(aten.add.Tensor, g.call(aten.cos.default, y), 1.0))
+g.output((g.call(aten._softmax.default, g.call(aten.mul.Tensor, g.call(aten.sin.default, x), 1.2345), -1, False),
+          g.call(aten.add.Tensor, g.call(aten.cos.default, y), 1.0)))
 x, y = torch.randn(1000, 37, device="cuda"), torch.randn(1, device="cuda")
 k = tc_inductor.compile(g, [x, y], {"artifact_store": DirStore(sys.argv[1]), "cache": False, "fusion": False})
 paths = []
