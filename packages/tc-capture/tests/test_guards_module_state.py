@@ -169,3 +169,37 @@ def test_a_backward_hook_added_later_fails_the_guard():
     # The hook ran once in each (the module call now breaks: backward hooks are not captured).
     assert seen == [torch.Size([3, 4])] * 2 and len(calls) > 1
     tree_close(x_eager.grad, x.grad)
+
+
+@pytest.mark.parametrize("names", [["a", "b", "c"], ["0", "1", "2"]], ids=["named", "positional"])
+@pytest.mark.parametrize("change", ["delattr", "add", "replace"])
+def test_sequential_items_follow_their_positions(names, change):
+    """``Sequential`` indexes by position; the guard reads the name at that position from
+    ``_modules`` (no ``Sequential.__getitem__`` walk) and guards the names' order, so removing
+    a submodule by name shifts the positions and recompiles (a positional ``Sequential`` ran its
+    old module after ``delattr(seq, '0')``: a wrong answer)."""
+    from collections import OrderedDict
+
+    class Holder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.seq = nn.Sequential(OrderedDict((n, nn.Linear(4, 4)) for n in names))
+
+        def forward(self, x):
+            return self.seq[1](x) + 2 * self.seq[-1](x)
+
+    fn = Holder()
+    seq = fn.seq
+    compiled = tc_capture.optimize(tc_capture.interpret_backend)(fn)
+    x = torch.randn(2, 4)
+    tree_close(fn(x), compiled(x))
+    guard = compiled._cache.entries[0][0].guard_source.split("def why")[0]
+    assert f"._modules[{names[1]!r}]" in guard and "__getitem__" not in guard, guard
+    if change == "delattr":
+        delattr(seq, names[0])
+    elif change == "add":
+        seq.add_module("z", nn.Linear(4, 4))
+    else:
+        setattr(seq, names[2], nn.Linear(4, 4))
+    x = torch.randn(2, 4)
+    tree_close(fn(x), compiled(x))

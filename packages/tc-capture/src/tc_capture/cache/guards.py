@@ -121,6 +121,11 @@ class GuardSet:
         self.add(source, f"list({source.expr}.keys()) == {self.ref(keys)}",
                  f"keys of {self.readable(source)} == {keys!r}", f"list({source.expr}.keys())")
 
+    def module_keys(self, source: Source, module: torch.nn.Module) -> None:
+        """The order of ``module``'s submodule names: a ``ModuleDict`` iterates them, and a
+        ``Sequential``'s items are read by the name at their position (``module_state.item_expr``)."""
+        self.keys(source._step(f"{source.expr}._modules", source.name, True), module._modules)
+
     def tensor(self, source: Source, t: torch.Tensor) -> None:
         # The value is read once (a walrus-bound local), not once per property. ``shape`` is read
         # rather than ``size()`` (no method call); a CPU tensor's device is ``is_cpu`` (a bool)

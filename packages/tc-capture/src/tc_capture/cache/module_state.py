@@ -63,20 +63,28 @@ def plain_read(name: str, owner: object) -> bool:
 
 
 def item_expr(base: str, key: object, owner: object) -> str | None:
-    """``base[key]`` for the containers of ``torch.nn`` (``ModuleList``/``Sequential`` by a
-    non-negative int, ``ModuleDict`` by str), read from ``_modules``; None for anything else."""
+    """``base[key]`` for the containers of ``torch.nn`` (``ModuleList`` by a non-negative int,
+    ``Sequential`` by an int, ``ModuleDict`` by str), read from ``_modules``; None for anything
+    else. A ``Sequential`` read this way needs its keys guarded (``sequence_keys``)."""
     cls = type(owner)
     modules = getattr(owner, "__dict__", {}).get("_modules")
     if not isinstance(modules, dict) or not _plain_module(owner):
         return None
     if type(key) is int and key >= 0 and cls.__getitem__ is torch.nn.ModuleList.__getitem__:
         return f"{base}._modules[{str(key)!r}]"  # ModuleList indexes its dict by str(index)
-    if type(key) is int and 0 <= key < len(modules) and cls.__getitem__ is torch.nn.Sequential.__getitem__ \
-            and list(modules) == [str(i) for i in range(len(modules))]:
-        return f"{base}._modules[{str(key)!r}]"  # positional, and keys are the positions
+    if type(key) is int and -len(modules) <= key < len(modules) and cls.__getitem__ is torch.nn.Sequential.__getitem__:
+        # ``Sequential`` indexes by position (walking its dict in Python, a microsecond a read);
+        # the key at that position is exact because capture guards the keys (``sequence_keys``)
+        return f"{base}._modules[{list(modules)[key]!r}]"
     if type(key) is str and cls.__getitem__ is torch.nn.ModuleDict.__getitem__:
         return f"{base}._modules[{key!r}]"
     return None
+
+
+def sequence_keys(owner: object) -> bool:
+    """Whether reading items of ``owner`` through ``item_expr`` needs a guard on the order of its
+    ``_modules`` keys: a ``Sequential``'s items are positions, read by key."""
+    return item_expr("", 0, owner) is not None and type(owner).__getitem__ is torch.nn.Sequential.__getitem__
 
 
 def bump() -> None:

@@ -13,6 +13,7 @@ import types
 
 import torch
 
+from ..cache import module_state
 from ..cache import sources as S
 from . import tensor_keys
 from .base import Unsupported
@@ -195,6 +196,8 @@ def _const_getitem(f, obj: Const, k) -> V:
             # ``layers[:n]`` builds a new ModuleList on every call (and registering its modules
             # moves the module-state epoch): hold the original's items, by their own sources.
             return ListV([f.session.wrap(value[i], obj.source.item(i, value)) for i in range(len(value))[k]])
+        if module_state.sequence_keys(value):
+            f.session.guards.module_keys(obj.source, value)
         return f.session.wrap(value[k], obj.source.item(k, value))
     if obj.source is not None and not isinstance(value, (str, bytes, tuple, torch.Size, range)):
         return f.session.wrap(value[k], obj.source.item(k, value))

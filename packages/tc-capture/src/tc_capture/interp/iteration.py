@@ -8,6 +8,7 @@ import types
 
 import torch
 
+from ..cache import module_state
 from .attrs import _lookup
 from .base import Unsupported, call_function, defines
 from .pyops import view_items
@@ -110,10 +111,12 @@ def _const_items(f, v: Const) -> IterV:
     value, source, session = v.value, v.source, f.session
     if isinstance(value, _MODULE_SEQUENCES) and source is not None:
         session.guards.length(source, value)
+        if module_state.sequence_keys(value):
+            session.guards.module_keys(source, value)
         return IterV([session.wrap(m, source.item(i, value)) for i, m in enumerate(value)])
     if isinstance(value, torch.nn.ModuleDict):
         if source is not None:
-            session.guards.keys(source._step(f"{source.expr}._modules", source.name, True), value._modules)
+            session.guards.module_keys(source, value)
         return IterV([Const(k) for k in value.keys()])
     if isinstance(value, (range, str, bytes, tuple, list, frozenset, set, dict, torch.Size)):
         if isinstance(value, (list, dict, set)) and source is not None:
