@@ -67,4 +67,37 @@ def report(step, label: str, steps: int = 10, top: int = 12, python_top: int = 1
         print("  python (tottime over", steps, "steps):")
         for line in lines[lines.index(next(x for x in lines if "ncalls" in x)):][:python_top + 1]:
             print("   ", line[:150])
-    return {"label": label, "wall_ms": wall, "gpu_ms": gpu_ms, "launches": launches}
+    synced = idle_gaps(step) if torch.cuda.is_available() else {}
+    return {"label": label, "wall_ms": wall, "gpu_ms": gpu_ms, "launches": launches, **synced}
+
+
+def idle_gaps(step, steps: int = 5, top: int = 8) -> dict:
+    """Steps run one at a time (synchronised after each, as ``models.py`` times them): the median
+    step, the GPU's idle time inside a step (waiting for the host: launch latency the back-to-back
+    wall above hides), and the longest idle gaps, named by the kernels on either side."""
+    times = []
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            _sync()
+            start = time.perf_counter()
+            step()
+            _sync()
+            times.append((time.perf_counter() - start) * 1e3)
+    kernels = sorted((e.time_range.start, e.time_range.end, e.name) for e in prof.events()
+                     if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start)
+    gaps, idle, end, before = [], 0.0, None, None
+    for s, e, name in kernels:
+        if end is not None and s > end:
+            gaps.append((s - end, before, name))
+            idle += s - end
+        if end is None or e > end:
+            end, before = e, name
+    median = sorted(times)[len(times) // 2]
+    # gaps between steps (the synchronisation) are not the step's: drop the steps - 1 longest
+    between = sorted(g for g, _, _ in gaps)[-(steps - 1):] if steps > 1 and gaps else []
+    idle_ms = (idle - sum(between)) / 1e3 / steps
+    print(f"  synced: {median:.3f} ms/step (median of {steps}), GPU idle inside a step {idle_ms:.3f} ms; longest gaps:")
+    for g, a, b in sorted(gaps, reverse=True)[steps - 1:steps - 1 + top]:
+        print(f"    {g / 1e3:7.3f} ms  after {a[:60]}  before {b[:60]}")
+    return {"synced_ms": median, "idle_ms": idle_ms}
+

@@ -153,7 +153,16 @@ def _wrap(variant: str, model: torch.nn.Module) -> Callable:
         # Dynamo's caches are per code object: without a reset, later cells of one model class
         # recompile past its limit and silently run eagerly (a 0.05 s "compile" in an old run).
         torch._dynamo.reset()
-        return torch.compile(model, mode=mode)
+        compiled = torch.compile(model, mode=mode)
+        if mode is None:
+            return compiled
+
+        def step_begin(*args):
+            # torch's documented call for a training loop under CUDA graphs (one step's graphs,
+            # model and optimizer, may overwrite the previous step's outputs)
+            torch.compiler.cudagraph_mark_step_begin()
+            return compiled(*args)
+        return step_begin
     if variant.startswith("tc"):
         import tc  # only in the processes that measure tc
 
