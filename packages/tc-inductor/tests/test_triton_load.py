@@ -332,3 +332,19 @@ def test_a_warm_process_loads_and_launches_without_tritons_cache_key(tmp_path):
     assert "keys 0 " in cold and "_via_run" not in cold, cold
     warm = run("B")  # another machine: only the store is warm
     assert "keys 0 " in warm and "_via_run" not in warm and "_direct" in warm, warm
+
+
+def test_restoring_into_a_cache_that_holds_the_entry_writes_nothing(tmp_path):
+    from test_kernel_artifacts import fake_triton_kernel
+
+    from tc_inductor.codegen import artifacts
+
+    fake_triton_kernel(tmp_path / "a", "f00d")
+    data = artifacts.pack_dirs(tmp_path / "a", ["f00d"])
+    assert artifacts.restore_dirs(data, tmp_path / "b") == ["f00d"]
+    stamps = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "b" / "f00d").iterdir()}
+    assert artifacts.restore_dirs(data, tmp_path / "b") == ["f00d"]
+    assert stamps == {p.name: p.stat().st_mtime_ns for p in (tmp_path / "b" / "f00d").iterdir()}
+    (tmp_path / "b" / "f00d" / "k.ptx").write_text("// damaged")  # a differing file: written again
+    artifacts.restore_dirs(data, tmp_path / "b")
+    assert (tmp_path / "b" / "f00d" / "k.ptx").read_text() == "// ptx"
