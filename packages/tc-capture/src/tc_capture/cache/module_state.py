@@ -16,8 +16,9 @@ They are exact under the rules ``nn.Module`` keeps itself: a name lives in at mo
 ``_parameters``/``_buffers``/``_modules``/the instance ``__dict__`` (``__setattr__`` and the
 ``register_*`` methods move it), and is not also a class attribute (checked here, at capture;
 the class is guarded by identity). Code that breaks those rules by hand
-(``object.__setattr__`` on a module, ``mod.__dict__[name] = ...`` for a registered name,
-reordering a ``Sequential``'s ``_modules``) is not followed.
+(``object.__setattr__`` on a module, ``mod.__dict__[name] = ...`` for a registered name) is
+not followed. A ``Sequential``'s items are positions: read by the name at that position, with
+the order of the names guarded.
 
 Everything a state change can touch is then a guarded value: a submodule by type (so one
 entry serves every instance of a block), a parameter by its tensor guard (dtype, shape,
