@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
+import sympy
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
@@ -79,6 +80,7 @@ class GraphLowering:
         self._count = 0
         self._depth = 0
         self._stored_bases: dict = {}  # Pointwise -> BufferValue: view bases stored for externs
+        self._reductions: dict = {}  # _reduction_key -> (BufferValue, len(steps) then): reductions done
         self.seeds: dict[str, tuple] = {}  # seed buffer name -> (device, slots used)
         self.size_plan = binding_plan(graph)  # raises SymbolicUnsupported for sizes it cannot bind
         # nodes stored channels-last around convolutions (layout.py); static graphs only
@@ -134,13 +136,43 @@ class GraphLowering:
         return window if isinstance(window, BufferValue) else value
 
     def reduction(self, shape, dtype, device, body, rranges, reduction_type, reduced_dims=()) -> BufferValue:
+        key = _reduction_key(shape, dtype, device, body, rranges, reduction_type)
+        known = self._known_reduction(key, shape)
+        if known is not None:
+            return known
         split = split_reduction.plan(shape, rranges, reduction_type, body if self._cpp(device) else None)
         if split is not None:
-            return self._split_reduction(shape, dtype, device, body, rranges, reduction_type, reduced_dims, split)
-        buf = ComputedBuffer(self.new_name(), tuple(shape), contiguous_strides(shape), dtype, device, body,
-                             tuple(rranges), reduction_type, tuple(reduced_dims))
-        self._add_computed(buf)
-        return buf.value()
+            result = self._split_reduction(shape, dtype, device, body, rranges, reduction_type, reduced_dims, split)
+        else:
+            buf = ComputedBuffer(self.new_name(), tuple(shape), contiguous_strides(shape), dtype, device, body,
+                                 tuple(rranges), reduction_type, tuple(reduced_dims))
+            self._add_computed(buf)
+            result = buf.value()
+        self._reductions[key] = (result, len(self.steps))
+        return result
+
+    def moments(self, shape, dtype, device, body, rranges, reduced_dims=()) -> tuple[BufferValue, BufferValue] | None:
+        """(sum, sum of squared deviations from the mean) of ``body`` over ``rranges`` in
+        ``dtype`` (a compute dtype), as one split reduction (split_reduction.moments); None
+        where a sum of this size is not split. The sum serves later equal sums too."""
+        split = split_reduction.plan(shape, rranges, "sum", body if self._cpp(device) else None)
+        if split is None:
+            return None
+        bufs = split_reduction.moments(self.new_name, shape, dtype, device, body, rranges, reduced_dims, split)
+        for buf in bufs:
+            self._add_computed(buf)
+        total, m2 = bufs[-2].value(), bufs[-1].value()
+        self._reductions[_reduction_key(shape, dtype, device, body, rranges, "sum")] = (total, len(self.steps))
+        return total, m2
+
+    def _known_reduction(self, key: tuple, shape: tuple) -> BufferValue | None:
+        """An equal reduction lowered before (batch norm's decomposition sums its input twice:
+        for the variance's mean and for the mean it returns), unless a mutating call ran since."""
+        known = self._reductions.get(key)
+        if known is None or any(isinstance(s, ExternCall) and s.mutates for s in self.steps[known[1]:]):
+            return None
+        value = known[0]
+        return BufferValue(value.name, tuple(shape), contiguous_strides(shape), value.dtype, value.device)
 
     def _cpp(self, device) -> bool:
         try:
@@ -409,6 +441,15 @@ class GraphLowering:
 
 
 _NOT_DONE = object()
+
+
+def _reduction_key(shape, dtype, device, body, rranges, reduction_type) -> tuple:
+    """What a reduction computes: its value in kernel variables (structural: equal values are
+    equal UOps), the ranges, dtype and device; the shape with size-1 dims dropped, so a keepdim
+    reduction and one without are one."""
+    index = iter(kir.xvars(len(shape)))
+    value = body(tuple(sympy.Integer(0) if s == 1 else next(index) for s in shape), kir.rvars(len(rranges)))
+    return (value, tuple(s for s in shape if s != 1), tuple(rranges), reduction_type, dtype, str(device))
 
 
 def _spec_device(spec: Any) -> torch.device:

@@ -11,6 +11,12 @@ any reduced dims split alike (one flat dim, NCHW or NHWC). Where every index the
 steps through adjacent reduced dims as through one dim (NHWC: N, H and W of a channels-last
 value are one run of rows ``C`` apart), those dims get ``f`` itself, not its digits: the kernels
 compute ``f * C + c``, not three divisions and moduli per element.
+
+A variance (batch norm's training statistics) splits as one unit, :func:`moments`: the first
+kernel computes per chunk its sum and its sum of squared deviations from the chunk's own mean
+(two loops over the chunk's rows, as an unsplit variance does over all of them); the second
+combines the chunks as Chan's parallel algorithm does, never as E[x²] - E[x]² (which loses every
+digit in float32 when the mean is large against the spread).
 """
 
 from __future__ import annotations
@@ -21,7 +27,10 @@ from collections.abc import Callable
 import sympy
 import torch
 
+from tc_ir.spec import contiguous_strides
+
 from . import kir
+from .ir import ComputedBuffer
 from .kir import Ops, UOp
 
 # Split when there are at least SPLIT_MIN_ROWS rows and SPLIT_MIN_ELEMENTS elements (below, one
@@ -160,3 +169,66 @@ def _linear_coeffs(expr: sympy.Expr, marks: tuple) -> list[int] | None:
     if rest.free_symbols & set(marks):
         return None
     return [int(c) for c in coeffs]
+
+
+def moments(new_name: Callable[[], str], shape: tuple, dtype: torch.dtype, device, body: Callable, rranges: tuple,
+            reduced_dims: tuple, split: tuple[int, int]) -> list[ComputedBuffer]:
+    """The buffers of ``body``'s sum and M2 (sum of squared deviations from the mean) over
+    ``rranges``, split in ``split`` = ``(chunks, size)`` (:func:`plan` of a sum): partial sums
+    ``S[k]`` and ``M2[k]`` about each chunk's mean ``S[k] / n[k]`` in one kernel, then ``sum =
+    sum_k S[k]`` and ``M2 = sum_k M2[k] + n[k] * (S[k] / n[k] - sum / rows)**2`` in another.
+    Every term of the combine is non-negative: no cancellation. Returns the partial sums, the
+    partial M2, the sum and the M2, in ``dtype`` (a compute dtype); the last two are ``shape``."""
+    chunks, size = split
+    rranges = tuple(int(r) for r in rranges)
+    rows, nout = math.prod(rranges), len(shape)
+    pshape = (chunks, *shape)
+    sums = ComputedBuffer(new_name(), pshape, contiguous_strides(pshape), dtype, device,
+                          partial_body(body, nout, rranges, size, "sum"), (size,), "sum")
+    partial_m2 = ComputedBuffer(new_name(), pshape, contiguous_strides(pshape), dtype, device,
+                                _partial_m2_body(body, sums, rranges, size, chunks), (size,), "sum")
+    s, m2 = sums.value(), partial_m2.value()
+    total = ComputedBuffer(new_name(), tuple(shape), contiguous_strides(shape), dtype, device,
+                           lambda index, rindex: s.load((rindex[0], *index)), (chunks,), "sum", tuple(reduced_dims))
+    t = total.value()
+
+    def combine(index, rindex):
+        n = _chunk_rows(rindex[0], chunks, size, rows, dtype)
+        d = kir.binary(Ops.SUB, kir.binary(Ops.TRUEDIV, s.load((rindex[0], *index)), n),
+                       kir.binary(Ops.TRUEDIV, t.load(index), kir.const(rows, dtype)))
+        return kir.binary(Ops.ADD, m2.load((rindex[0], *index)), kir.binary(Ops.MUL, n, kir.binary(Ops.MUL, d, d)))
+
+    final_m2 = ComputedBuffer(new_name(), tuple(shape), contiguous_strides(shape), dtype, device, combine,
+                              (chunks,), "sum", tuple(reduced_dims))
+    return [sums, partial_m2, total, final_m2]
+
+
+def _partial_m2_body(body: Callable, sums: ComputedBuffer, rranges: tuple, size: int, chunks: int) -> Callable:
+    """Element ``(k, *index)``: the sum over chunk ``k``'s rows of ``(value - S[k] / n[k])**2``
+    (rows past the last, of a ragged last chunk, add 0)."""
+    rows = math.prod(rranges)
+    runs = _runs(body, len(sums.shape) - 1, rranges)
+    s = sums.value()
+
+    def m2_body(index, rindex):
+        flat = index[0] * size + rindex[0]
+        value = body(tuple(index[1:]), _digits(flat, rranges, runs))
+        mean = kir.binary(Ops.TRUEDIV, s.load(index), _chunk_rows(index[0], chunks, size, rows, value.dtype))
+        d = kir.binary(Ops.SUB, value, mean)
+        square = kir.binary(Ops.MUL, d, d)
+        if rows % size == 0:
+            return square
+        inside = kir.binary(Ops.LT, kir.index_value(flat), kir.const(rows, torch.int64))
+        return kir.masked(inside, square, kir.const(0, value.dtype))
+
+    return m2_body
+
+
+def _chunk_rows(k, chunks: int, size: int, rows: int, dtype: torch.dtype) -> UOp:
+    """How many rows chunk ``k`` holds, as a ``dtype`` value: ``size``, but fewer in a ragged
+    last chunk."""
+    last = rows - (chunks - 1) * size
+    if last == size:
+        return kir.const(size, dtype)
+    is_last = kir.binary(Ops.EQ, kir.index_value(k), kir.const(chunks - 1, torch.int64))
+    return kir.where(is_last, kir.const(last, dtype), kir.const(size, dtype))

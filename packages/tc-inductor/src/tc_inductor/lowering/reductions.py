@@ -147,27 +147,43 @@ def _max_dim(ctx, x, dim, keepdim=False):
 # ---- var / std ----------------------------------------------------------------------------------
 
 def _moments(ctx, x: TensorValue, dims: tuple, correction, keepdim: bool, shape: tuple, dtype: torch.dtype):
-    """(mean, var) of ``x`` over ``dims``, in the compute dtype (two reductions, one kernel)."""
+    """(mean, var) of ``x`` over ``dims``, in the compute dtype: the sum, then the squared
+    deviations from the mean summed (two loops of one kernel), or both split (``ctx.moments``)."""
     acc = kir.compute_dtype(dtype)
     count = math.prod(x.shape[d] for d in dims) if x.ndim else 1
     keep_shape = tuple(1 if d in dims else s for d, s in enumerate(x.shape))
-    total = reduce(ctx, x, dims, True, "sum", keep_shape, acc, lambda full: kir.cast(x.load(full), acc))
+    total, sq = _sums(ctx, x, dims, keep_shape, acc)
     mean = Pointwise(keep_shape, acc, x.device, lambda index: kir.binary(
         Ops.TRUEDIV, total.load(index), kir.size_value(count, acc)))
-
-    def centered(full):
-        d = kir.binary(Ops.SUB, kir.cast(x.load(full), acc), mean.load(
-            tuple(sympy.Integer(0) if k in dims else i for k, i in enumerate(full))))
-        return kir.binary(Ops.MUL, d, d)
-
-    sq = reduce(ctx, x, dims, keepdim, "sum", shape, acc, centered)
     correction = 1 if correction is None else correction
     denom = max(count - correction, 0)
+    keep = (lambda index: index) if keepdim else (lambda index: _keep_index(index, dims, x.ndim))  # noqa: E731
     var = Pointwise(shape, acc, x.device, lambda index: kir.binary(
-        Ops.TRUEDIV, sq.load(index), kir.size_value(denom, acc)))
-    mean_out = mean if keepdim else Pointwise(shape, acc, x.device, lambda index: mean.load(
-        _keep_index(index, dims, x.ndim)))
+        Ops.TRUEDIV, sq.load(keep(index)), kir.size_value(denom, acc)))
+    mean_out = mean if keepdim else Pointwise(shape, acc, x.device, lambda index: mean.load(keep(index)))
     return mean_out, var
+
+
+def _sums(ctx, x: TensorValue, dims: tuple, keep_shape: tuple, acc: torch.dtype) -> tuple:
+    """The sum of ``x`` over ``dims`` and the sum of its squared deviations from the mean,
+    both of ``keep_shape``."""
+    value = lambda full: kir.cast(x.load(full), acc)  # noqa: E731
+    rranges = tuple(x.shape[d] for d in dims)
+    if x.ndim and not all(r == 1 for r in rranges) and hasattr(ctx, "moments"):
+        split = ctx.moments(keep_shape, acc, x.device, lambda index, rindex: value(
+            full_index(x, dims, True, index, rindex)), rranges, tuple(dims))
+        if split is not None:
+            return split
+    count = math.prod(rranges) if x.ndim else 1
+    total = reduce(ctx, x, dims, True, "sum", keep_shape, acc, value)
+
+    def centered(full):
+        mean = kir.binary(Ops.TRUEDIV, total.load(tuple(sympy.Integer(0) if k in dims else i for k, i in enumerate(full))),
+                          kir.size_value(count, acc))
+        d = kir.binary(Ops.SUB, value(full), mean)
+        return kir.binary(Ops.MUL, d, d)
+
+    return total, reduce(ctx, x, dims, True, "sum", keep_shape, acc, centered)
 
 
 def _keep_index(index, dims, ndim):
