@@ -14,13 +14,59 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import importlib.util
 import io
+import os
 import pstats
 import time
 from pathlib import Path
 
 import torch
-from models import MODELS, _step_fn, _wrap  # noqa: E402  (benchmarks/ is the working directory's sibling)
+from models import MODELS, _hf, _step_fn, _wrap  # noqa: E402  (benchmarks/ is the working directory's sibling)
+
+# (label, file suffix, function): where a cold call's time goes, summed over calls (outermost only)
+PHASES = (
+    ("capture", "resume/compile_region.py", "capture_region"),
+    ("aten trace (forward)", "tc_autograd/api.py", "_trace"),
+    ("joint trace", "tc_autograd/joint.py", "trace"),
+    ("partition", "tc_autograd/partition.py", "partition"),
+    ("inductor compile (all)", "tc_inductor/compile.py", "compile"),
+    ("  rewrite", "tc_inductor/rewrites.py", "rewrite"),
+    ("  lowering", "tc_inductor/graph_lowering.py", "run"),
+    ("  scheduling", "tc_inductor/scheduler.py", "schedule"),
+    ("  codegen", "tc_inductor/compile.py", "_generate"),
+    ("    wrapper source", "tc_inductor/wrapper.py", "generate"),
+    ("  load (kernel builds, wrapper exec)", "tc_inductor/compile.py", "_load"),
+    ("    waiting on workers", "~", "<method 'acquire' of '_thread.lock' objects>"),
+    ("builtins.compile", "~", "<built-in method builtins.compile>"),
+    ("graph copies", "tc_ir/text.py", "copy_graph"),
+)
+
+
+def _phases(profiler: cProfile.Profile) -> str:
+    stats = pstats.Stats(profiler).stats
+    lines = []
+    for label, suffix, func in PHASES:
+        hits = [(cc, nc, tt, ct) for (file, _, name), (cc, nc, tt, ct, _) in stats.items()
+                if name == func and file.endswith(suffix)]
+        if hits:
+            lines.append(f"{label:40s} {sum(h[3] for h in hits):8.2f} s  ({sum(h[0] for h in hits)} calls)")
+    return "\n".join(lines)
+
+
+def _model(name: str, small: bool, layers: int | None):
+    if name == "resnet50" and importlib.util.find_spec("torchvision") is None:
+        layers = layers or 50  # no torchvision here: the same graph from _resnet50
+    if layers is None:
+        return MODELS[name](small)
+    if name == "gpt2":
+        return _hf("GPT2Config", "GPT2LMHeadModel", dict(n_embd=64, n_layer=layers, n_head=2), 2, 32, 50257)
+    if name == "bert":
+        return _hf("BertConfig", "BertModel", dict(hidden_size=64, num_hidden_layers=layers, num_attention_heads=2,
+                                                   intermediate_size=128), 2, 32, 30522)
+    if name == "resnet50":
+        return _resnet50(), lambda dev: (torch.randn(2, 3, 32, 32, device=dev),)
+    raise SystemExit(f"--layers is for gpt2, bert and resnet50, not {name}")
 
 
 def main() -> None:
@@ -30,8 +76,13 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--top", type=int, default=40)
     parser.add_argument("--out", help="folder for the pstats file")
+    parser.add_argument("--layers", type=int, help="small widths but this many layers (GPT-2/BERT), or "
+                        "ResNet-50 itself on small images (resnet50): the graph sizes of the real models on a CPU")
+    parser.add_argument("--backend", help="tc_inductor's back end (e.g. triton: interpreted on a CPU)")
     args = parser.parse_args()
-    base, make_inputs = MODELS[args.model](args.device != "cuda")
+    if args.backend:
+        os.environ["TC_INDUCTOR_BACKEND"] = args.backend
+    base, make_inputs = _model(args.model, args.device != "cuda", args.layers)
     model = base.to(args.device).train(args.task == "train")
     inputs = make_inputs(args.device)
     step, _ = _step_fn(args.task, _wrap("tc", model), model, inputs, args.device)
@@ -48,9 +99,36 @@ def main() -> None:
         text = io.StringIO()
         pstats.Stats(profiler, stream=text).sort_stats(order).print_stats(args.top)
         print(f"--- by {order}\n" + "\n".join(line[:170] for line in text.getvalue().splitlines() if line.strip()))
+    print("--- phases (cumulative seconds)\n" + _phases(profiler))
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         profiler.dump_stats(Path(args.out) / f"cold_{args.model}_{args.task}.prof")
+
+
+class _Bottleneck(torch.nn.Module):
+    def __init__(self, cin: int, width: int, stride: int):
+        super().__init__()
+        conv = lambda i, o, k, s=1: torch.nn.Conv2d(i, o, k, s, k // 2, bias=False)  # noqa: E731
+        self.body = torch.nn.Sequential(conv(cin, width, 1), torch.nn.BatchNorm2d(width), torch.nn.ReLU(),
+                                        conv(width, width, 3, stride), torch.nn.BatchNorm2d(width), torch.nn.ReLU(),
+                                        conv(width, width * 4, 1), torch.nn.BatchNorm2d(width * 4))
+        self.down = (torch.nn.Sequential(conv(cin, width * 4, 1, stride), torch.nn.BatchNorm2d(width * 4))
+                     if stride != 1 or cin != width * 4 else None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.body(x) + (x if self.down is None else self.down(x)))
+
+
+def _resnet50(num_classes: int = 10) -> torch.nn.Module:
+    """torchvision's ResNet-50 layer for layer (bottlenecks 3, 4, 6, 3), for machines without it."""
+    layers, cin = [torch.nn.Conv2d(3, 64, 7, 2, 3, bias=False), torch.nn.BatchNorm2d(64), torch.nn.ReLU(),
+                   torch.nn.MaxPool2d(3, 2, 1)], 64
+    for i, (width, blocks) in enumerate(((64, 3), (128, 4), (256, 6), (512, 3))):
+        for b in range(blocks):
+            layers.append(_Bottleneck(cin, width, 2 if b == 0 and i > 0 else 1))
+            cin = width * 4
+    layers += [torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(cin, num_classes)]
+    return torch.nn.Sequential(*layers)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import sympy
@@ -32,9 +32,6 @@ import tc_ir
 
 from .checkpoint import backward_order, classify, must_recompute
 from .functionalize import is_view_op
-
-if TYPE_CHECKING:
-    import networkx as nx
 
 aten = torch.ops.aten
 
@@ -86,7 +83,9 @@ class Partition:
         return "\n".join(lines)
 
 
-def _ancestors(dag: nx.DiGraph, nodes: list[tc_ir.Node], stop: set = frozenset()) -> set[tc_ir.Node]:
+def _ancestors(nodes: list[tc_ir.Node], stop: set = frozenset()) -> set[tc_ir.Node]:
+    """``nodes`` and what they read, transitively, not looking past ``stop`` (walked through the
+    nodes' own links: a networkx copy of the graph cost more to build than the walk)."""
     found, todo = set(), list(nodes)
     while todo:
         node = todo.pop()
@@ -94,7 +93,19 @@ def _ancestors(dag: nx.DiGraph, nodes: list[tc_ir.Node], stop: set = frozenset()
             continue
         found.add(node)
         if node not in stop:
-            todo.extend(dag.predecessors(node))
+            todo.extend(node.inputs)
+    return found
+
+
+def _descendants(nodes: list[tc_ir.Node]) -> set[tc_ir.Node]:
+    """What reads ``nodes``, transitively (``nodes`` not included unless reached)."""
+    found: set[tc_ir.Node] = set()
+    todo = [u for n in nodes for u in n.users]
+    while todo:
+        node = todo.pop()
+        if node not in found:
+            found.add(node)
+            todo.extend(node.users)
     return found
 
 
@@ -104,28 +115,28 @@ def _roles(joint: tc_ir.Graph) -> tuple[list[tc_ir.Node], list[tc_ir.Node]]:
     return primals, tangents
 
 
-def save_all(joint: tc_ir.Graph, dag: nx.DiGraph) -> list[tc_ir.Node]:
+def save_all(joint: tc_ir.Graph) -> list[tc_ir.Node]:
     """Save every value the forward computes that the backward reads."""
     values, grads = joint.outputs
     primals, _ = _roles(joint)
-    forward = _ancestors(dag, tc_ir.nodes_in(values)) | set(primals)
+    forward = _ancestors(tc_ir.nodes_in(values)) | set(primals)
     # Results of multi-output ops computed in the forward are forward values too (a tuple cannot be saved).
     forward |= {u for n in list(forward) for u in n.users if u.target is operator.getitem}
     forward -= must_recompute(joint)  # checkpointed: the backward recomputes them from what is saved
-    backward = _ancestors(dag, tc_ir.nodes_in(grads), stop=forward) - forward
+    backward = _ancestors(tc_ir.nodes_in(grads), stop=forward) - forward
     read = set(tc_ir.nodes_in(grads)) | {n for n in backward for n in n.inputs}
     return [n for n in joint.nodes if n in forward and n in read and n.op not in ("param", "constant")]
 
 
-def min_cut(joint: tc_ir.Graph, dag: nx.DiGraph) -> list[tc_ir.Node]:
+def min_cut(joint: tc_ir.Graph) -> list[tc_ir.Node]:
     """Save the fewest bytes that let the backward recompute the rest."""
     # imported here: networkx costs ~0.2 s of CPU and only a compile needs it (warm starts skip it)
     import networkx as nx
 
     values, grads = joint.outputs
     primals, tangents = _roles(joint)
-    forward = _ancestors(dag, tc_ir.nodes_in(values))
-    needs_tangent = set(tangents) | {d for t in tangents for d in nx.descendants(dag, t)}
+    forward = _ancestors(tc_ir.nodes_in(values))
+    needs_tangent = set(tangents) | _descendants(tangents)
     banned, boundary = classify(joint)
     flow = nx.DiGraph()
     for node in joint.nodes:
@@ -157,23 +168,21 @@ def partition(joint: tc_ir.Graph, strategy: str = "min_cut") -> Partition:
     """Split ``joint`` (outputs ``(values, grads)``) into forward and backward graphs."""
     if strategy not in STRATEGIES:
         raise ValueError(f"tc_autograd: partition must be one of {sorted(STRATEGIES)}, got {strategy!r}")
-    dag = tc_ir.dependency_graph(joint)
-    saved = STRATEGIES[strategy](joint, dag)
+    saved = STRATEGIES[strategy](joint)
     values, grads = joint.outputs
     primals, tangents = _roles(joint)
     forward = subgraph(joint, f"{joint.name}_forward", primals, tuple(values) + tuple(saved))
     # With checkpoint regions, each recomputed node goes just before its first use.
     order = backward_order(joint, saved) if any("recompute" in n.meta for n in joint.calls) else None
     backward = subgraph(joint, f"{joint.name}_backward", saved + tangents, grads, order)
-    return Partition(tc_ir.dce(forward), tc_ir.dce(backward), saved)
+    return Partition(tc_ir.dce(forward, inplace=True), tc_ir.dce(backward, inplace=True), saved)
 
 
 def subgraph(graph: tc_ir.Graph, name: str, inputs: list[tc_ir.Node], outputs: Any,
              order: list[tc_ir.Node] | None = None) -> tc_ir.Graph:
     """A graph taking ``inputs`` (in order) and computing ``outputs`` from them with ``graph``'s
     nodes, in ``graph``'s order or in ``order`` (a topological order of its nodes)."""
-    dag = tc_ir.dependency_graph(graph)
-    needed = _ancestors(dag, tc_ir.nodes_in(outputs), stop=set(inputs))
+    needed = _ancestors(tc_ir.nodes_in(outputs), stop=set(inputs))
     new = tc_ir.Graph(name)
     mapping: dict[tc_ir.Node, tc_ir.Node] = {}
     for node in inputs:

@@ -14,9 +14,10 @@ aten = torch.ops.aten
 IDENTITY_OPS = {aten.detach.default, aten.alias.default, aten.lift_fresh.default}
 
 
-def drop_identities(graph: tc_ir.Graph) -> tc_ir.Graph:
-    """Replace detach/alias calls with their input."""
-    graph = graph.copy()
+def drop_identities(graph: tc_ir.Graph, *, inplace: bool = False) -> tc_ir.Graph:
+    """Replace detach/alias calls with their input (``inplace`` as for ``tc_ir.dce``)."""
+    if not inplace:
+        graph = graph.copy()
     for node in list(graph.nodes):
         if node.op == "call" and node.target in IDENTITY_OPS:
             node.replace_all_uses_with(node.args[0])
@@ -24,10 +25,13 @@ def drop_identities(graph: tc_ir.Graph) -> tc_ir.Graph:
     return graph
 
 
-PIPELINE: list[Callable[[tc_ir.Graph], tc_ir.Graph]] = [drop_identities, tc_ir.dce, tc_ir.cse, tc_ir.dce]
+# Each step takes ``inplace=True``: clean copies the graph once, not once per step.
+PIPELINE: list[Callable[..., tc_ir.Graph]] = [drop_identities, tc_ir.dce, tc_ir.cse, tc_ir.dce]
 
 
 def clean(graph: tc_ir.Graph) -> tc_ir.Graph:
+    """The PIPELINE's steps on a copy of ``graph`` (``graph`` itself is left alone)."""
+    graph = graph.copy()
     for step in PIPELINE:
-        graph = step(graph)
+        graph = step(graph, inplace=True)
     return graph

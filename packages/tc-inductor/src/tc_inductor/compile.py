@@ -155,6 +155,7 @@ def _generate(lowered: LoweredGraph, sched: Schedule, opts: Options, graph: tc_i
     kernels: list[dict] = []
     by_source: dict[str, str] = {}
     stats = {"kernels": 0, "fused_nodes": 0, "bytes_read": 0, "bytes_written": 0, "extern_calls": 0}
+    nbytes = _buffer_nbytes(lowered)
     sched = triton_mm.fuse_templates(lowered, sched, opts, dtypes)
     built: dict[Group, Any] = {}  # kernels built to decide on combining, reused below
 
@@ -166,15 +167,15 @@ def _generate(lowered: LoweredGraph, sched: Schedule, opts: Options, graph: tc_i
     sched = combo.combine(sched, kernel_of, opts)
     for step in sched.steps:
         if isinstance(step, triton_mm.TemplateGroup):
-            _template_call(step, lowered, sched, opts, dtypes, kernels, by_source, calls, stats)
+            _template_call(step, lowered, sched, opts, dtypes, kernels, by_source, calls, stats, nbytes)
             continue
         if isinstance(step, combo.ComboGroup):  # many small kernels as one launch
             name, args, launch, pointers = combo.emit(step, opts, kernels, by_source)
             calls[step] = KernelCall(name, args, [], launch, pointers)
             stats["kernels"] += 1
             stats["fused_nodes"] += len(step.members) - 1
-            stats["bytes_read"] += sum(_nbytes(lowered, n) for k in step.kernels for n, _ in k.inputs)
-            stats["bytes_written"] += sum(_nbytes(lowered, n) for k in step.kernels for n, _ in k.outputs)
+            stats["bytes_read"] += sum(nbytes.get(n, 0) for k in step.kernels for n, _ in k.inputs)
+            stats["bytes_written"] += sum(nbytes.get(n, 0) for k in step.kernels for n, _ in k.outputs)
             tc_ir.logs.dump("kernel", name, next(k["source"] for k in kernels if k["name"] == name))
             continue
         if isinstance(step, ExternCall):
@@ -198,8 +199,8 @@ def _generate(lowered: LoweredGraph, sched: Schedule, opts: Options, graph: tc_i
                                  pointers)
         stats["kernels"] += 1
         stats["fused_nodes"] += len(step.members) - 1
-        stats["bytes_read"] += sum(_nbytes(lowered, n) for n, _ in kernel.inputs)
-        stats["bytes_written"] += sum(_nbytes(lowered, n) for n, _ in kernel.outputs)
+        stats["bytes_read"] += sum(nbytes.get(n, 0) for n, _ in kernel.inputs)
+        stats["bytes_written"] += sum(nbytes.get(n, 0) for n, _ in kernel.outputs)
         _dump_kernel(name, kernel, source)
     extern_names = {s.name: f"ext_{s.name}" for s in sched.steps if isinstance(s, ExternCall)}
     writes = inplace.plan(lowered, sched.steps, _layouts(lowered), dict(opts.inplace_outputs), reads_of)
@@ -233,7 +234,7 @@ def _output_strides(lowered: LoweredGraph, graph: tc_ir.Graph) -> list | None:
 
 
 def _template_call(step, lowered: LoweredGraph, sched: Schedule, opts: Options, dtypes: dict, kernels: list,
-                   by_source: dict, calls: dict, stats: dict) -> None:
+                   by_source: dict, calls: dict, stats: dict, nbytes: dict) -> None:
     """A matmul template with its fused epilogue: one kernel instead of an extern call and a kernel."""
     kernel = triton_mm.template_kernel(step, sched.stored, dtypes, opts)
     source = triton_mm.generate(step, kernel, step.device)
@@ -247,8 +248,8 @@ def _template_call(step, lowered: LoweredGraph, sched: Schedule, opts: Options, 
     calls[step] = KernelCall(by_source[source], [], [], launch)
     stats["kernels"] += 1
     stats["fused_nodes"] += len(step.epilogue.members) if step.epilogue is not None else 0
-    stats["bytes_read"] += sum(_nbytes(lowered, n) for n, _ in kernel.inputs)
-    stats["bytes_written"] += sum(_nbytes(lowered, n) for n, _ in kernel.outputs)
+    stats["bytes_read"] += sum(nbytes.get(n, 0) for n, _ in kernel.inputs)
+    stats["bytes_written"] += sum(nbytes.get(n, 0) for n, _ in kernel.outputs)
     _dump_kernel(by_source[source], kernel, source)
 
 
@@ -277,14 +278,15 @@ def _buffer_dtypes(lowered: LoweredGraph) -> dict:
     return dtypes
 
 
-def _nbytes(lowered: LoweredGraph, name: str) -> int:
-    for step in lowered.steps:
-        if isinstance(step, ComputedBuffer) and step.name == name:
-            return _numel(step.shape) * step.dtype.itemsize
-    for inp in lowered.inputs:
-        if inp.name == name and isinstance(inp.spec, tc_ir.TensorSpec):
-            return _numel(inp.spec.shape) * inp.spec.dtype.itemsize
-    return 0
+def _buffer_nbytes(lowered: LoweredGraph) -> dict[str, int]:
+    """Bytes of each computed buffer and input, by name (0 where a size is symbolic), found
+    once: looking each kernel's buffers up in the steps took time quadratic in the graph."""
+    nbytes = {inp.name: _numel(inp.spec.shape) * inp.spec.dtype.itemsize
+              for inp in reversed(lowered.inputs) if isinstance(inp.spec, tc_ir.TensorSpec)}
+    for step in reversed(lowered.steps):  # the first step of a name wins, as inputs lose to steps
+        if isinstance(step, ComputedBuffer):
+            nbytes[step.name] = _numel(step.shape) * step.dtype.itemsize
+    return nbytes
 
 
 def _numel(shape) -> int:

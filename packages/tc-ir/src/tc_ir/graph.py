@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import keyword
 import re
 from collections.abc import Iterator
@@ -10,7 +11,7 @@ from typing import Any
 
 import torch
 
-from .node import Node, leaves, map_structure, nodes_in
+from .node import Node, _collect, map_structure, nodes_in
 from .spec import ScalarSpec, TensorSpec, spec_of
 
 _NAME_RE = re.compile(r"[^0-9a-zA-Z_]+")
@@ -41,6 +42,9 @@ class Graph:
         self.output_nodes: dict[Node, None] = {}
         self.meta: dict[str, Any] = {}
         self._names: set[str] = set()
+        # base -> a suffix such that every ``{base}_{i}`` below it is taken (names are found
+        # from there, not from 1: a graph with 1000 adds found each new one in 1000 tries)
+        self._suffix_from: dict[str, int] = {}
         self._insert_at: int | None = None
 
     # ---- building -------------------------------------------------------------------------
@@ -102,14 +106,24 @@ class Graph:
         return node
 
     def unique_name(self, hint: str) -> str:
-        base = _NAME_RE.sub("_", hint).strip("_") or "v"
-        if base[0].isdigit() or keyword.iskeyword(base):
-            base = "v_" + base
-        name, i = base, 1
-        while name in self._names:
-            name, i = f"{base}_{i}", i + 1
+        """``hint`` made an identifier, or the first free ``{hint}_{i}`` (i = 1, 2, ...)."""
+        base = _name_base(hint)
+        name = base
+        if name in self._names:
+            i = self._suffix_from.get(base, 1)
+            name = f"{base}_{i}"
+            while name in self._names:
+                i += 1
+                name = f"{base}_{i}"
+            self._suffix_from[base] = i + 1
         self._names.add(name)
         return name
+
+    def _free_name(self, name: str) -> None:
+        self._names.discard(name)
+        base, sep, suffix = name.rpartition("_")
+        if sep and suffix.isdigit() and 1 <= int(suffix) < self._suffix_from.get(base, 1):
+            self._suffix_from[base] = int(suffix)  # free again: the first free one may be this
 
     def erase(self, node: Node) -> None:
         """Remove a node that nothing reads."""
@@ -117,7 +131,7 @@ class Graph:
             raise ValueError(f"cannot erase %{node.name}: still used by {list(node.users) or 'output'}")
         node.args, node.kwargs = (), {}
         self.nodes.remove(node)
-        self._names.discard(node.name)
+        self._free_name(node.name)
         if node.op in ("param", "constant"):
             del self.tensors[node.target]
 
@@ -136,8 +150,8 @@ class Graph:
         """Sub-graphs used as args, depth first, each once."""
         found: dict[int, Graph] = {}
         for n in self.calls:
-            for value in leaves((n.args, n.kwargs)):
-                if isinstance(value, Graph) and id(value) not in found:
+            for value in _graphs_in((n.args, n.kwargs)):
+                if id(value) not in found:
                     found[id(value)] = value
                     for inner in value.subgraphs():
                         found.setdefault(id(inner), inner)
@@ -178,6 +192,20 @@ class Graph:
         return isinstance(other, Graph) and str(self) == str(other)
 
     __hash__ = None  # mutable
+
+
+def _graphs_in(value: Any) -> list[Graph]:
+    out: list[Graph] = []
+    _collect(value, out, Graph)
+    return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _name_base(hint: str) -> str:
+    base = _NAME_RE.sub("_", hint).strip("_") or "v"
+    if base[0].isdigit() or keyword.iskeyword(base):
+        base = "v_" + base
+    return base
 
 
 def default_name(target: Any) -> str:

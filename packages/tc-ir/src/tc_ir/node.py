@@ -16,6 +16,11 @@ NODE_OPS = ("input", "param", "constant", "call")
 
 def map_structure(value: Any, fn: Callable[[Any], Any]) -> Any:
     """Apply ``fn`` to every leaf of nested tuples/lists/dicts/slices, keeping the structure."""
+    cls = value.__class__
+    if cls in _ATOMS:  # the common leaves, without the isinstance tests below
+        return fn(value)
+    if cls is tuple or cls is list:  # args: mapped in one comprehension, atoms without a call
+        return cls([fn(v) if v.__class__ in _ATOMS else map_structure(v, fn) for v in value])
     if isinstance(value, torch.Size):  # holds only sizes: a leaf
         return fn(value)
     if isinstance(value, tuple) and hasattr(value, "_fields"):
@@ -31,20 +36,42 @@ def map_structure(value: Any, fn: Callable[[Any], Any]) -> Any:
 
 def leaves(value: Any) -> Iterator[Any]:
     """Every leaf of a nested structure, in order."""
-    if isinstance(value, (tuple, list)) and not isinstance(value, torch.Size):
-        for v in value:
-            yield from leaves(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from leaves(v)
-    elif isinstance(value, slice):
-        yield from leaves((value.start, value.stop, value.step))
-    else:
-        yield value
+    out: list[Any] = []
+    _collect(value, out, None)
+    return iter(out)
 
 
 def nodes_in(value: Any) -> list[Node]:
-    return [v for v in leaves(value) if isinstance(v, Node)]
+    """The nodes among the leaves of ``value``, in order (repeats kept)."""
+    out: list[Node] = []
+    _collect(value, out, Node)
+    return out
+
+
+def _collect(value: Any, out: list, only: type | None) -> None:
+    """Append the leaves of ``value`` (those of class ``only``, when given) to ``out``.
+
+    A list is built rather than a generator chained through every level: graph passes walk the
+    args of every node many times, and nested generators cost a frame per level per leaf."""
+    cls = value.__class__
+    if cls in _ATOMS:
+        if only is None or cls is only:
+            out.append(value)
+    elif (cls is tuple or cls is list) or (isinstance(value, (tuple, list)) and not isinstance(value, torch.Size)):
+        for v in value:
+            vcls = v.__class__
+            if vcls in _ATOMS:
+                if only is None or vcls is only:
+                    out.append(v)
+            else:
+                _collect(v, out, only)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _collect(v, out, only)
+    elif isinstance(value, slice):
+        _collect((value.start, value.stop, value.step), out, only)
+    elif only is None or isinstance(value, only):
+        out.append(value)
 
 
 class Node:
@@ -58,7 +85,7 @@ class Node:
     current by the ``args``/``kwargs`` setters.
     """
 
-    __slots__ = ("graph", "name", "op", "target", "spec", "meta", "users", "_args", "_kwargs")
+    __slots__ = ("graph", "name", "op", "target", "spec", "meta", "users", "_args", "_kwargs", "_inputs")
 
     def __init__(self, graph: Graph, name: str, op: str, target: Any, args: tuple, kwargs: dict, spec: Any):
         self.graph, self.name, self.op, self.target, self.spec = graph, name, op, target, spec
@@ -66,6 +93,7 @@ class Node:
         self.users: dict[Node, None] = {}
         self._args: tuple = ()
         self._kwargs: dict = {}
+        self._inputs: tuple[Node, ...] = ()
         self._set_inputs(tuple(args), dict(kwargs))
 
     @property
@@ -87,13 +115,16 @@ class Node:
     @property
     def inputs(self) -> list[Node]:
         """The nodes this node reads, in order, each once."""
-        return list(dict.fromkeys(nodes_in((self._args, self._kwargs))))
+        return list(self._inputs)
 
     def _set_inputs(self, args: tuple, kwargs: dict) -> None:
-        for old in self.inputs:
+        # The inputs are found once per change of args, not on every read: passes read them
+        # far more often than they change them.
+        for old in self._inputs:
             old.users.pop(self, None)
         self._args, self._kwargs = args, kwargs
-        for new in self.inputs:
+        self._inputs = tuple(dict.fromkeys(nodes_in((args, kwargs))))
+        for new in self._inputs:
             new.users[self] = None
 
     def replace_input(self, old: Node, new: Any) -> None:
@@ -114,3 +145,7 @@ class Node:
 
     def __repr__(self) -> str:
         return f"%{self.name}"
+
+
+# Classes that are leaves and never containers: tested by exact class, ahead of isinstance.
+_ATOMS = frozenset({Node, int, float, bool, str, type(None), torch.dtype, torch.device})

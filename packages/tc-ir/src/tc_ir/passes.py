@@ -25,9 +25,13 @@ def node_is_pure(node: Node) -> bool:
     return all(node_is_pure(inner) for g in subgraphs for inner in g.calls)
 
 
-def dce(graph: Graph) -> Graph:
-    """Remove pure calls whose results nothing reads (held values too, when unread)."""
-    graph = graph.copy()
+def dce(graph: Graph, *, inplace: bool = False) -> Graph:
+    """Remove pure calls whose results nothing reads (held values too, when unread).
+
+    ``inplace=True`` changes ``graph`` itself and returns it: for a pipeline of passes that
+    owns its graph (one copy for the pipeline, not one per pass)."""
+    if not inplace:
+        graph = graph.copy()
     for node in reversed(graph.nodes):
         unused = not node.users and node not in graph.output_nodes
         if unused and (node_is_pure(node) or node.op in ("param", "constant")):
@@ -35,9 +39,11 @@ def dce(graph: Graph) -> Graph:
     return graph
 
 
-def cse(graph: Graph) -> Graph:
-    """Merge pure calls of the same target on the same args into the first of them."""
-    graph = graph.copy()
+def cse(graph: Graph, *, inplace: bool = False) -> Graph:
+    """Merge pure calls of the same target on the same args into the first of them
+    (``inplace`` as for :func:`dce`)."""
+    if not inplace:
+        graph = graph.copy()
     seen: dict[str, Node] = {}
     for node in list(graph.nodes):
         if not node_is_pure(node):

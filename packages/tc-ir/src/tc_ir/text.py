@@ -521,7 +521,7 @@ def copy_graph(graph: Graph, _copies: dict[int, Graph] | None = None) -> Graph:
         mapping[node] = new._add(node.name, node.op, node.target, (), {}, node.spec)
         mapping[node].meta = dict(node.meta)
     for node in graph.nodes:
-        mapping[node].args, mapping[node].kwargs = map_structure((node.args, node.kwargs), remap)
+        mapping[node]._set_inputs(*map_structure((node.args, node.kwargs), remap))  # args, kwargs at once
     new.output(map_structure(graph.outputs, remap))
     return new
 

@@ -15,6 +15,8 @@ import re
 import threading
 import tokenize
 import weakref
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch._C._dynamo.guards import TensorGuards
@@ -320,6 +322,7 @@ def compile_guards(gs: GuardSet, param_exprs: list[str], globals_: dict) -> tupl
     if params:
         src.append("      " + params)
     src += ["      _HE[0] = _now", "      return True", "  except Exception:", "      return False", ""]
+    first_why_line = len(src)
     src += ["def why(F, C):", "  _hf = False"]
     for i, (binds, line, actual, _) in enumerate(blocks):
         fail = f"_failed({i}, lambda: {actual})" if actual != "None" else f"_texts[{i}]"
@@ -329,8 +332,19 @@ def compile_guards(gs: GuardSet, param_exprs: list[str], globals_: dict) -> tupl
     text = "\n".join(src)
     scope["_texts"] = texts = [g.text for g in guards]
     scope["_failed"] = lambda i, read: _failed(texts[i], read)
-    exec(compile(text, "<tc_capture guards>", "exec"), scope)
-    return scope["guard"], scope["why"], text, ms, root_key
+    exec(compile("\n".join(src[:first_why_line]), "<tc_capture guards>", "exec"), scope)
+    return scope["guard"], _lazy_why("\n" * first_why_line + "\n".join(src[first_why_line:]), scope), text, ms, root_key
+
+
+def _lazy_why(source: str, scope: dict) -> Callable:
+    """``why``, compiled on its first call: it runs only after a guard failed, and it is as long
+    as the guard (a ``try`` per check): compiling it with the guard doubled a large model's
+    guard build. ``source`` keeps the line numbers of the full text."""
+    def why(F: Any, C: Any) -> str | None:
+        if "why" not in scope:
+            exec(compile(source, "<tc_capture guards>", "exec"), scope)  # noqa: S102  (our own source)
+        return scope["why"](F, C)
+    return why
 
 
 def _batched_check(batch: list[tuple], scope: dict) -> list[str]:
