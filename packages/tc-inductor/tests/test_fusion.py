@@ -37,6 +37,19 @@ def test_layer_norm_forward_one_kernel(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_statistic_reshaped_from_keepdim_fuses_into_its_reduction(backend):
+    """A per-channel statistic kept as [1, C, 1, 1] and read back as [C] (batch norm's running
+    statistics update) indexes the same element, not ``c % C``: it joins the reduction's kernel."""
+    def fn(g, x, r):
+        mean = g.call(aten.div.Tensor, g.call(aten.sum.dim_IntList, x, [0, 2, 3], True), 105.0)
+        return g.call(aten.add.Tensor, g.call(aten.mul.Tensor, g.call(aten.view.default, mean, [12]), 0.1), r)
+
+    k = check(fn, [torch.randn(3, 12, 5, 7), torch.randn(12)], {"backend": backend},
+              fresh=[torch.randn(3, 12, 5, 7), torch.randn(12)])
+    assert k.stats["kernels"] == 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_gelu_mlp_activation_one_kernel(backend):
     x, w1, b1, w2 = torch.randn(8, 16), torch.randn(32, 16), torch.randn(32), torch.randn(16, 32)
 

@@ -168,7 +168,9 @@ def _group_map(old: tuple, new: tuple, index: tuple) -> list:
     for k, size in enumerate(old):
         inner = math.prod(old[k + 1:])
         value = FloorDiv(linear, inner)
-        out.append(sympy.Integer(0) if size == 1 else (value if k == 0 else ModIndex(value, size)))
+        # below ``size`` without a modulus where every dim before is 1 (linear < prod(old))
+        leading = all(s == 1 for s in old[:k])
+        out.append(sympy.Integer(0) if size == 1 else (value if leading else ModIndex(value, size)))
     return out
 
 
