@@ -348,3 +348,68 @@ def test_restoring_into_a_cache_that_holds_the_entry_writes_nothing(tmp_path):
     (tmp_path / "b" / "f00d" / "k.ptx").write_text("// damaged")  # a differing file: written again
     artifacts.restore_dirs(data, tmp_path / "b")
     assert (tmp_path / "b" / "f00d" / "k.ptx").read_text() == "// ptx"
+
+
+class CountingStore(DictStore):
+    """A store with ``contains`` (as ``tc_runtime.ArtifactCache``), recording each get and put."""
+
+    def __init__(self):
+        super().__init__()
+        self.gets, self.puts = [], []
+
+    def get(self, kind, key):
+        self.gets.append(kind)
+        return super().get(kind, key)
+
+    def put(self, kind, key, data):
+        self.puts.append(kind)
+        super().put(kind, key, data)
+
+    def contains(self, kind, key):
+        return (kind, key) in self.data
+
+
+def test_a_kernel_in_tritons_cache_loads_from_its_description_alone(cuda_like, tmp_path, monkeypatch):
+    fn, meta = _module_kernel(tmp_path, kernel_of((24, 40)))
+    store = CountingStore()
+    key = triton_backend._warmup_key({"source": f"described {tmp_path}", "meta": meta})
+    first = triton_backend._warmup(fn, meta, store, key)
+    assert first is not None and sorted(kind for kind, _ in store.data) == ["triton_desc", "triton_kernel"]
+    # a warm process: Triton's cache holds it; the store's archive is not read, nothing is written
+    monkeypatch.setattr(triton_backend, "_compile_in_worker", _refuse)
+    store.gets.clear(), store.puts.clear(), fn.device_caches.clear()
+    again = triton_backend._warmup(fn, meta, store, key)
+    assert again is not first and again.hash == first.hash and cuda_like == []
+    assert store.gets == ["triton_desc"] and store.puts == []
+    assert sorted(again.asm) == ["cubin"] and sorted(again.metadata_group) == sorted(
+        f"{fn.fn.__name__}.{ext}" for ext in ("cubin", "json"))  # no IR text read
+    # another machine's Triton cache (empty): the description names nothing there; the archive loads
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "other"))
+    store.gets.clear(), fn.device_caches.clear()
+    third = triton_backend._warmup(fn, meta, store, key)
+    assert third.hash == first.hash and cuda_like == []
+    assert store.gets == ["triton_desc", "triton_kernel"] and store.puts == []
+
+
+def test_a_description_of_another_kernel_is_not_loaded(cuda_like, tmp_path, monkeypatch):
+    fn, meta = _module_kernel(tmp_path, kernel_of((16, 48)))
+    other, other_meta = _module_kernel(tmp_path, kernel_of((48, 16)))
+    store = CountingStore()
+    key = triton_backend._warmup_key({"source": f"swapped {tmp_path}", "meta": meta})
+    first = triton_backend._warmup(fn, meta, store, key)
+    (mine,) = [k for kind, k in store.data if kind == "triton_desc"]
+    key2 = triton_backend._warmup_key({"source": f"swapped other {tmp_path}", "meta": other_meta})
+    triton_backend._warmup(other, other_meta, store, key2)
+    (theirs,) = [k for kind, k in store.data if kind == "triton_desc" and k != mine]
+    store.data[("triton_desc", mine)] = store.data[("triton_desc", theirs)]  # names the other kernel
+    monkeypatch.setattr(triton_backend, "_compile_in_worker", _refuse)
+    fn.device_caches.clear()
+    again = triton_backend._warmup(fn, meta, store, key)  # through the archive instead
+    assert again is not None and again.hash == first.hash and cuda_like == []
+
+
+def test_launch_files_are_the_metadata_and_the_binary(cuda_like):
+    group = {f"k.{ext}": f"/c/k.{ext}" for ext in ("cubin", "json", "ptx", "llir", "ttir", "ttgir", "source")}
+    assert triton_load.launch_files(group, "k") == {"k.cubin": "/c/k.cubin", "k.json": "/c/k.json"}
+    with pytest.raises(triton_load.LoadError):
+        triton_load.launch_files({"k.json": "/c/k.json", "k.ptx": "/c/k.ptx"}, "k")

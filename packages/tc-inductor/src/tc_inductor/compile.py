@@ -342,9 +342,10 @@ def _direct_op(target: Any) -> Any:
 
 
 def compile_source(source: str):
-    import builtins
+    """The wrapper's code object (cached across processes: ``build.compiled_code``)."""
+    from .codegen.build import compiled_code
 
-    return builtins.compile(source, "<tc_inductor wrapper>", "exec")
+    return compiled_code(source, "<tc_inductor wrapper>")
 
 
 def _own_memory(result: Any, *inputs: Any) -> Any:

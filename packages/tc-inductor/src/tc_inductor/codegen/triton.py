@@ -846,10 +846,17 @@ class TritonBackend:
                               compiled, meta["device"], meta.get("options", {}), meta.get("varying_ints", False))
 
     def _kernel(self, record: dict):
-        key = hashlib.sha256(record["source"].encode()).hexdigest()[:24]
+        """The kernel's function, its source written (checked) and imported once per process:
+        ``start`` and ``load`` both ask for it."""
+        source, interpret = record["source"], record["meta"]["interpret"]
+        found = _functions.get((source, interpret))
+        if found is not None:
+            return found
+        key = hashlib.sha256(source.encode()).hexdigest()[:24]
         path = cache_dir() / "triton" / f"tc_{key}.py"
-        ensure_file(path, record["source"].encode())  # what is imported is the record's source, nothing planted
-        return _import_kernel(path, record["meta"]["interpret"], kernel_function_name(record["source"]))
+        ensure_file(path, source.encode())  # what is imported is the record's source, nothing planted
+        fn = _import_kernel(path, interpret, kernel_function_name(source))
+        return _functions.setdefault((source, interpret), fn)
 
     def launch(self, name: str, kernel: kir.Kernel, args: list[str], options: Any, device: Any) -> str:
         xnumel = print_index(sympy.sympify(sympy.Mul(*kernel.xranges)), {}, "//") if kernel.xranges else "1"
@@ -968,6 +975,7 @@ def descriptive_name(kernel: kir.Kernel) -> str:
 _PLUMBING = {Ops.LOAD, Ops.CONST, Ops.INDEX, Ops.SIZE, Ops.REDUCED, Ops.SEED, Ops.CAST, Ops.WHERE, Ops.MASKED,
              Ops.CHECK_INDEX}
 _modules: dict[str, Any] = {}
+_functions: dict[tuple, Any] = {}  # by (source, interpreted): TritonBackend._kernel's memo
 _modules_lock = threading.Lock()
 _warmups: dict[str, concurrent.futures.Future] = {}  # by source, signature, config and device
 
@@ -1021,6 +1029,10 @@ def _warmup(kernel: Any, meta: dict, store: Any = None, key: str = "") -> Any:
         # Triton compiles for the calling thread's current device
         with torch.cuda.device(sig["device"]) if torch.cuda.is_available() else contextlib.nullcontext():
             store_key = _store_key(key, sig["device"])
+            known = _load_known(kernel, args, consts, store, store_key) if not meta["autotune"] else None
+            if known is not None:  # in Triton's cache already: the store's entry is not read
+                _load_ahead(known)
+                return known
             restored = _restore_compiled(store, store_key, _triton_cache_root()) if store is not None else []
             described = _stored_description(_triton_cache_root(), restored)
             if not meta["autotune"] and not restored:
@@ -1033,6 +1045,7 @@ def _warmup(kernel: Any, meta: dict, store: Any = None, key: str = "") -> Any:
             _load_ahead(compiled)
         if store is not None:  # an entry without the description (older tc) is stored again, with it
             _save_compiled(store, store_key, compiled, _triton_cache_root(), restored, stale=described is None)
+            _save_description(store, store_key, compiled)
         return compiled
     except Exception as e:  # the first launch compiles it again and raises what is wrong
         if _is_compile_error(e):  # ... unless the source itself is: then the compile fails now, not at launch
@@ -1161,6 +1174,38 @@ def _stored_description(root: Path, restored: list[str]) -> dict | None:
     except (OSError, ValueError):
         return None
     return described if isinstance(described, dict) else None
+
+
+def _load_known(kernel: Any, args: list, consts: dict, store: Any, key: str) -> Any:
+    """The kernel loaded straight from Triton's cache, where the store's small ``"triton_desc"``
+    entry (``DESCRIPTION``'s content) names a kernel that Triton's cache still holds: a warm start
+    then reads neither the store's archive (every IR text of the kernel) nor writes anything.
+    None otherwise (absent, another machine's Triton cache, not loadable): the archive is restored."""
+    from triton.runtime.jit import JITFunction
+
+    if store is None or not isinstance(kernel, JITFunction) or not _contains(store, "triton_desc", key) \
+            or not _contains(store, "triton_kernel", key):  # (a bundle made now must carry the archive)
+        return None
+    try:
+        described = json.loads(artifacts.store_get(store, "triton_desc", key) or b"null")
+        return triton_load.load(kernel, args, consts, described.get("hash"), described.get("src"))
+    except Exception as e:  # the archive's path (or warmup) loads it
+        _log.debug("Triton kernel %s is not in Triton's cache as described (%s: %s)", key, type(e).__name__, e)
+        return None
+
+
+def _contains(store: Any, kind: str, key: str) -> bool:
+    return hasattr(store, "contains") and store.contains(kind, key)
+
+
+def _save_description(store: Any, key: str, compiled: Any) -> None:
+    """The ``"triton_desc"`` entry of ``compiled`` (for ``_load_known``), where the store lacks it."""
+    digest = getattr(compiled, "hash", None)
+    if not isinstance(digest, str) or not hasattr(store, "contains") or store.contains("triton_desc", key):
+        return
+    with contextlib.suppress(Exception):  # no src to describe (a stand-in): loaded through the archive
+        data = json.dumps({"hash": digest, "src": triton_load.describe(compiled.src)}).encode()
+        artifacts.store_put(store, "triton_desc", key, data)
 
 
 def _save_compiled(store: Any, key: str, compiled: Any, root: Path, restored: list[str], stale: bool = False) -> None:

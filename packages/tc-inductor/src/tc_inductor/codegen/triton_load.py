@@ -103,7 +103,7 @@ def load(fn: Any, args: Any, kwargs: dict, digest: str, described: dict | None) 
     if not group:
         raise LoadError(f"no Triton cache entry {digest}")
     try:
-        kernel = CompiledKernel(src, group, digest)
+        kernel = CompiledKernel(src, launch_files(group, src.name[:150]), digest)
     except (OSError, ValueError, KeyError, StopIteration) as e:  # a file of the group is gone or damaged
         raise LoadError(f"Triton cache entry {digest} is unreadable ({type(e).__name__}: {e})") from e
     _check_metadata(kernel.metadata._asdict(), digest, b.options)
@@ -111,19 +111,54 @@ def load(fn: Any, args: Any, kwargs: dict, digest: str, described: dict | None) 
     return kernel
 
 
-def _check_metadata(meta: dict, digest: str, options: Any) -> None:
-    """The binary was compiled for this hash, target, options, environment and Triton."""
-    import triton
-    from triton._C.libtriton import get_cache_invalidating_env_vars
+def launch_files(group: dict, name: str) -> dict:
+    """The entries of a Triton cache group that loading and launching read: the metadata json
+    and the binary. ``CompiledKernel`` reads every file it is given, and the IR texts (ttir,
+    ttgir, llir, ptx, source: most of an entry's bytes) are only for people and profilers."""
+    wanted = {f"{name}.json", f"{name}.{_binary_ext()}"}
+    files = {child: path for child, path in group.items() if child in wanted}
+    if len(files) != len(wanted):
+        raise LoadError(f"Triton cache group of {name} lacks {sorted(wanted - files.keys())}")
+    return files
+
+
+def _binary_ext() -> str:
+    """The current target's binary suffix (``cubin`` on NVIDIA, ``hsaco`` on AMD)."""
+    from triton.compiler.compiler import make_backend
     from triton.runtime import driver
 
     target = driver.active.get_current_target()
-    wanted = {"hash": digest, "triton_version": triton.__version__, "target": _plain(target),
-              **_plain(options.__dict__), **_plain(get_cache_invalidating_env_vars())}
+    return _binary_exts.get(target) or _binary_exts.setdefault(target, make_backend(target).binary_ext)
+
+
+_binary_exts: dict = {}
+
+
+def _check_metadata(meta: dict, digest: str, options: Any) -> None:
+    """The binary was compiled for this hash, target, options, environment and Triton."""
+    wanted = {"hash": digest, **_process_metadata(), **_plain(options.__dict__)}
     have = {k: _plain(meta.get(k)) for k in wanted}
     if have != wanted:
         diff = {k: (have[k], wanted[k]) for k in wanted if have[k] != wanted[k]}
         raise LoadError(f"Triton cache entry {digest} was compiled otherwise: {diff}")
+
+
+def _process_metadata() -> dict:
+    """What every binary loaded by this process must have been compiled for: the Triton
+    version, the current target and the cache-invalidating environment variables (as JSON)."""
+    import triton
+    from triton._C.libtriton import get_cache_invalidating_env_vars
+    from triton.runtime import driver
+
+    key = (driver.active.get_current_target(), tuple(sorted(get_cache_invalidating_env_vars().items())))
+    found = _process_wanted.get(key)
+    if found is None:
+        found = _process_wanted.setdefault(key, {"triton_version": triton.__version__, "target": _plain(key[0]),
+                                                  **_plain(dict(key[1]))})
+    return found
+
+
+_process_wanted: dict = {}
 
 
 def _plain(value: Any) -> Any:
