@@ -169,7 +169,7 @@ def _sums(ctx, x: TensorValue, dims: tuple, keep_shape: tuple, acc: torch.dtype)
     both of ``keep_shape``."""
     value = lambda full: kir.cast(x.load(full), acc)  # noqa: E731
     rranges = tuple(x.shape[d] for d in dims)
-    if x.ndim and not all(r == 1 for r in rranges) and hasattr(ctx, "moments"):
+    if x.ndim and not all(r == 1 for r in rranges):
         split = ctx.moments(keep_shape, acc, x.device, lambda index, rindex: value(
             full_index(x, dims, True, index, rindex)), rranges, tuple(dims))
         if split is not None:

@@ -36,3 +36,7 @@ class LoweringContext(Protocol):
 
     def reduction(self, shape: tuple, dtype: torch.dtype, device: torch.device, body: Callable,
                   rranges: tuple, reduction_type: str, reduced_dims: tuple = ()) -> BufferValue: ...
+
+    # (sum, sum of squared deviations from the mean) as one split reduction, or None: not split
+    def moments(self, shape: tuple, dtype: torch.dtype, device: torch.device, body: Callable,
+                rranges: tuple, reduced_dims: tuple = ()) -> tuple[BufferValue, BufferValue] | None: ...
