@@ -67,8 +67,8 @@ def _compile(make, relu=True, backend="triton"):
     return g, f, compiled
 
 
-def _run_against_eager(make, tol, relu=True, calls=2):
-    g, f, compiled = _compile(make, relu)
+def _run_against_eager(make, tol, relu=True, calls=2, backend="triton"):
+    g, f, compiled = _compile(make, relu, backend)
     for _ in range(calls):
         a = make()
         b = [t.detach().clone().requires_grad_(t.requires_grad) for t in a]
@@ -95,6 +95,14 @@ BF16 = {"atol": 3e-2, "rtol": 3e-2}
 def test_2d_against_eager(small_splits, channels_last, dtype):
     """[5, 4, 13, 11]: 715 rows, no divisor near the chunk count (the last chunk is ragged)."""
     _run_against_eager(lambda: _make((5, 4, 13, 11), dtype, channels_last, 0), FP32 if dtype == torch.float32 else BF16)
+
+
+def test_2d_channels_last_on_the_cpp_backend(small_splits):
+    """The C++ back end splits NHWC statistics too (N, H, W are one run of rows there); the
+    backward's sums read the incoming gradient, contiguous NCHW here: one kernel, unsplit."""
+    compiled = _run_against_eager(lambda: _make((5, 4, 13, 11), torch.float32, True, 1.0), FP32, relu=False,
+                                  backend="cpp")
+    assert [c.stats["kernels"] for c in compiled] == [3, 2]
 
 
 @pytest.mark.parametrize("shape", [(7, 3, 401), (2807, 3)])
