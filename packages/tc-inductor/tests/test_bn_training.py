@@ -100,7 +100,7 @@ def test_2d_against_eager(small_splits, channels_last, dtype):
 def test_2d_channels_last_on_the_cpp_backend(small_splits):
     """The C++ back end splits NHWC statistics too (N, H, W are one run of rows there); the
     backward's sums read the incoming gradient, contiguous NCHW here: one kernel, unsplit."""
-    compiled = _run_against_eager(lambda: _make((5, 4, 13, 11), torch.float32, True, 1.0), FP32, relu=False,
+    compiled = _run_against_eager(lambda: _make((5, 4, 13, 11), torch.float32, True, 0), FP32, relu=False,
                                   backend="cpp")
     assert [c.stats["kernels"] for c in compiled] == [3, 2]
 
