@@ -1085,6 +1085,7 @@ def _load_ahead(compiled: Any) -> None:
     first launch loads it again and says what is wrong."""
     try:
         if hasattr(compiled, "_init_handles"):
+            triton_load.cache_platform_key()
             compiled._init_handles()
     except Exception as e:
         _log.debug("loading a Triton kernel ahead of its first launch failed (%s: %s)", type(e).__name__, e)
