@@ -160,7 +160,7 @@ def test_split_reductions_keep_nan(dtype, channels_last):
 
     gen = torch.Generator().manual_seed(1)
     compiled = _compile(fn, [_split_input(dtype, gen, channels_last)])
-    assert compiled.stats["kernels"] > 2
+    assert compiled.stats["kernels"] == 2  # split: both partials in one kernel, both finals in one
     for _ in range(2):
         x = _split_input(dtype, gen, channels_last)
         _same(compiled(x), (x.amax((0, 2, 3)), x.amin((0, 2, 3), True)))
@@ -186,7 +186,7 @@ def test_split_flat_reduction_keeps_nan(where, monkeypatch):
             if not split:
                 m.setattr(split_reduction, "SPLIT_MIN_ROWS", 1 << 62)
             compiled = _compile(fn, [make()])
-            assert (compiled.stats["kernels"] > 2) == split
+            assert (compiled.stats["kernels"] > 1) == split  # split: partials, then one final kernel
             for _ in range(2):
                 x = make()
                 _same(compiled(x), (x.amax(0), x.min()))
