@@ -80,6 +80,8 @@ def main() -> None:
                         "ResNet-50 itself on small images (resnet50): the graph sizes of the real models on a CPU")
     parser.add_argument("--cpu-time", action="store_true", help="profile this process's CPU time, not wall time "
                         "(steady figures on a shared machine; waiting on compile workers then counts ~0)")
+    parser.add_argument("--no-profile", action="store_true", help="no profiler: only the call's wall and CPU seconds "
+                        "(with the C++ back end, this process's CPU is tc's and torch's own work: kernels build in workers)")
     parser.add_argument("--backend", help="tc_inductor's back end (e.g. triton: interpreted on a CPU)")
     args = parser.parse_args()
     if args.backend:
@@ -91,13 +93,16 @@ def main() -> None:
     profiler = cProfile.Profile(time.process_time) if args.cpu_time else cProfile.Profile()
     with torch.autograd.set_multithreading_enabled(False):
         start, cpu = time.perf_counter(), time.process_time()
-        profiler.enable()
+        if not args.no_profile:
+            profiler.enable()
         step()
         if args.device == "cuda":
             torch.cuda.synchronize()
         profiler.disable()
-    print(f"cold first call ({args.model} {args.task}, {args.device}): {time.perf_counter() - start:.2f} s under cProfile, "
-          f"{time.process_time() - cpu:.2f} s of this process's CPU")
+    print(f"cold first call ({args.model} {args.task}, {args.device}): {time.perf_counter() - start:.2f} s"
+          f"{'' if args.no_profile else ' under cProfile'}, {time.process_time() - cpu:.2f} s of this process's CPU")
+    if args.no_profile:
+        return
     for order in ("cumulative", "tottime"):
         text = io.StringIO()
         pstats.Stats(profiler, stream=text).sort_stats(order).print_stats(args.top)

@@ -225,7 +225,8 @@ class AOTFunction:
                     raise NotImplementedError(
                         f"tc_autograd: graph {self.graph.name} was traced {tried} times for sizes the earlier "
                         f"traces' guards refused (last guards: {self._last_guards(key)}); not tracing again")
-                compiled = Compiled(self.graph, inputs, _grad_key(key), self.options)
+                with tc_ir.deferred_full_gc():  # a compile's heap only grows: no full GC rescans of it
+                    compiled = Compiled(self.graph, inputs, _grad_key(key), self.options)
                 self.writes_inputs |= bool(compiled.traced.mutated_inputs)
             except Exception as e:
                 # Callers (the umbrella's eager fallback) may retry the call another way: tell

@@ -96,6 +96,11 @@ def compile(graph: tc_ir.Graph, example_inputs: list, options: dict | Options | 
     >>> k.stats["kernels"]
     1
     """
+    with tc_ir.deferred_full_gc():  # a compile's heap only grows: no full GC rescans of it
+        return _compile(graph, example_inputs, options)
+
+
+def _compile(graph: tc_ir.Graph, example_inputs: list, options: dict | Options | None) -> CompiledGraph:
     opts = options if isinstance(options, Options) else Options.from_dict(options)
     if graph.meta.get("free_outputs") and not opts.free_outputs:  # set by tc_autograd: saved activations
         opts = attrs.evolve(opts, free_outputs=graph.meta["free_outputs"])

@@ -7,6 +7,7 @@ interpreter (:func:`interpret`), which is the oracle for every other package's t
 
 from . import logs, ops
 from .fx import from_fx, to_fx
+from .gcdefer import deferred_full_gc
 from .graph import Graph, infer_spec
 from .interpret import InterpretError, bind_sizes, interpret
 from .node import NODE_OPS, Node, leaves, map_structure, nodes_in
@@ -26,4 +27,5 @@ __all__ = [
     "dce", "cse", "topo_sort", "extract", "lift_held", "dependency_graph", "node_is_pure",
     "from_fx", "to_fx", "target_name", "resolve_target", "TargetError",
     "is_mutating", "is_pure", "is_random", "map_structure", "leaves", "nodes_in", "logs", "ops",
+    "deferred_full_gc",
 ]

@@ -61,6 +61,8 @@ def format_dim(dim: int | sympy.Expr) -> str:
 
 
 def normalize_dim(dim: Any) -> int | sympy.Expr:
+    if dim.__class__ is int:  # the common case, ahead of the isinstance tests
+        return dim
     if isinstance(dim, sympy.Expr):
         return int(dim) if dim.is_Integer else dim
     if isinstance(dim, torch.SymInt):
@@ -163,6 +165,12 @@ def contiguous_strides(shape: Sequence[int | sympy.Expr]) -> tuple[int | sympy.E
     """Row-major strides of ``shape`` as ``torch.empty(shape).stride()`` gives them: a size-0 or
     size-1 dim counts as 1 in the running product (``(3, 0)`` → ``(1, 1)``). The one copy of
     this rule: tc_inductor allocates with it too."""
+    if all(size.__class__ is int for size in shape):  # static: plain ints, no normalize_dim per dim
+        strides, running = [], 1
+        for size in reversed(shape):
+            strides.append(running)
+            running *= size if size > 1 else 1
+        return tuple(reversed(strides))
     strides, running = [], 1
     for size in reversed(shape):
         strides.append(running)

@@ -67,6 +67,9 @@ def _public_names() -> dict[int, str]:
     return names
 
 
+_OVERLOAD_NAMES: dict[Any, str] = {}  # overloads live as long as torch.ops: their names, made once
+
+
 def target_name(target: Any) -> str:
     """The exact text name of a call target (see the module docstring for the forms).
 
@@ -76,7 +79,10 @@ def target_name(target: Any) -> str:
     if isinstance(target, str):
         return "." + target
     if isinstance(target, torch._ops.OpOverload):
-        return f"{target.namespace}.{target._schema.name.split('::')[1]}.{target._overloadname}"
+        name = _OVERLOAD_NAMES.get(target)
+        if name is None:
+            name = _OVERLOAD_NAMES[target] = f"{target.namespace}.{target._schema.name.split('::')[1]}.{target._overloadname}"
+        return name
     if isinstance(target, torch._ops.OpOverloadPacket):
         raise TargetError(f"{target} is an overload packet; pick an overload such as {target}.default")
     name = _public_names().get(id(target)) or _qualified_name(target)

@@ -130,7 +130,7 @@ class FrameCache:
     def _compile(self, offset: int, F, C, n: int) -> Entry:
         name = f"{self.code.co_name}_{offset}_{n}" if offset else f"{self.code.co_name}_{n}"
         policy = self.policies.setdefault(offset, DynamicPolicy(self.dynamic))
-        with COMPILING:
+        with COMPILING, tc_ir.deferred_full_gc():  # a compile's heap only grows: no full GC rescans of it
             session, out, brk = capture_region(self.code, self.globals, F, C, offset, self.nargs, self.fullgraph, name,
                                                policy)
             policy.saw(session.inputs)
