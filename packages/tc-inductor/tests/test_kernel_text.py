@@ -1,6 +1,7 @@
 """The kernel text of the debug directory: each distinct value printed once."""
 
 import torch
+
 from tc_inductor import kir
 from tc_inductor.kir import Ops
 
@@ -20,3 +21,20 @@ def test_shared_operands_are_named_once():
     assert len(values) == 41
     assert values[1].strip() == "%1 = add<float32>(%0, %0)"
     assert text.splitlines()[-1].strip() == "outer out[x0] = %40 as float32"
+
+
+def test_indirect_index_names_are_the_same_in_every_process():
+    """An embedding's kernel source must not change between processes (its cache entry would
+    miss on a warm start): the indirect index symbol is named by the value's structure."""
+    import subprocess
+    import sys
+
+    script = ("import torch, sympy; from tc_inductor import kir; x = kir.xvars(1)[0]; "
+              "v = kir.UOp(kir.Ops.LOAD, torch.int64, (), ('idx', x)); "
+              "s = kir.indirect_symbol(kir.UOp(kir.Ops.ADD, torch.int64, (v, kir.const(3, torch.int64)))); "
+              "print(s.name, kir.indirect_symbol(v).name)")
+    names = {subprocess.run([sys.executable, "-c", script], env={"PYTHONHASHSEED": seed, "PATH": ""},
+                            capture_output=True, text=True, check=True).stdout for seed in ("1", "2", "3")}
+    assert len(names) == 1, names
+    first, second = names.pop().split()
+    assert first != second and first.startswith("ind_")

@@ -9,6 +9,7 @@ sub-expressions merge for free when a backend prints a kernel.
 from __future__ import annotations
 
 import enum
+import hashlib
 from typing import Any
 
 import attrs
@@ -388,10 +389,24 @@ _INDIRECT: dict[str, UOp] = {}
 
 
 def indirect_symbol(value: UOp) -> sympy.Symbol:
-    """A symbol for a data-dependent index ``value``; loads through it list ``value`` in src."""
-    name = f"ind_{abs(hash(value)):x}"
+    """A symbol for a data-dependent index ``value``; loads through it list ``value`` in src.
+    Named by a digest of ``value``'s structure, the same in every process: the names order a
+    kernel's indirect loads, so a name from Python's ``hash`` (randomised for strings, by id for
+    dtypes) changed kernel sources from run to run, and a warm process missed their cache."""
+    name = f"ind_{structural_digest(value)}"
     _INDIRECT[name] = value
     return sympy.Symbol(name, integer=True)
+
+
+def structural_digest(value: UOp) -> str:
+    """A digest of ``value``'s DAG (ops, dtypes, args as ``UOp`` equality compares them):
+    equal values have equal digests, in any process."""
+    ids: dict[UOp, int] = {}
+    text = []
+    for u in value.toposort():
+        ids[u] = len(ids)
+        text.append(f"{u.op.name} {_short(u.dtype)} {[ids[s] for s in u.src]} {arg_key(u.arg)!r}")
+    return hashlib.sha256("\n".join(text).encode()).hexdigest()[:16]
 
 
 def indirect_sources(expr: sympy.Expr) -> tuple[UOp, ...]:
