@@ -167,6 +167,8 @@ def _wrap(variant: str, model: torch.nn.Module) -> Callable:
         import tc  # only in the processes that measure tc
 
         return tc.compile(model, mode=mode)
+    if variant == "eager+tc-imported":  # does importing tc change eager's speed? (a control)
+        import tc  # noqa: F401
     return model
 
 
