@@ -88,5 +88,9 @@ def test_which_ops_are_compared_by_shape_only():
     ops = {engine.op_key(op): op for op in op_db}
     assert engine.shape_only(ops["pca_lowrank"]) is True
     assert engine.shape_only(ops["sin"]) is False
+    sdpa = ops["nn.functional.scaled_dot_product_attention"]
+    samples = list(sdpa.sample_inputs("cpu", torch.float32))
+    assert {engine.shape_only(sdpa, s) for s in samples if s.kwargs.get("dropout_p")} == {True}
+    assert {engine.shape_only(sdpa, s) for s in samples if not s.kwargs.get("dropout_p")} == {False}
     if "torch.ops.aten._efficient_attention_forward" in ops:
         assert engine.shape_only(ops["torch.ops.aten._efficient_attention_forward"]) == frozenset({2, 3})
