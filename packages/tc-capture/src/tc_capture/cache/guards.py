@@ -305,30 +305,30 @@ def _literal_spans(line: str) -> list[tuple[int, int]] | None:
     """``[start, end)`` of each string literal (its prefix included) and of the comment, or None
     where the line holds what this scan leaves to ``tokenize``."""
     spans: list[tuple[int, int]] = []
-    i, n = 0, len(line)
-    while i < n:
-        c = line[i]
+    i = 0
+    while (found := _LEXICAL.search(line, i)) is not None:
+        i, c = found.start(), found.group()
         if c == "#":
-            spans.append((i, n))
+            spans.append((i, len(line)))
             return spans
         if c == "\\":
             return None  # a continuation: not one logical line
-        if c not in "'\"":
-            i += 1
-            continue
         start = i
         while start and _WORD.match(line, start - 1):
             start -= 1
         if line[start:i].lower() not in _STRING_PREFIXES or line.startswith(c * 3, i):
             return None  # an f-string, a triple quote, or letters glued to a quote
-        j = i + 1
-        while j < n and line[j] != c:
-            j += 2 if line[j] == "\\" else 1
-        if j >= n:
+        body = _STRING_BODY[c].match(line, i + 1)
+        if body is None:
             return None  # the literal does not end on this line
-        spans.append((start, j + 1))
-        i = j + 1
+        spans.append((start, body.end()))
+        i = body.end()
     return spans
+
+
+_LEXICAL = re.compile(r"""[#\\'"]""")
+# the rest of a one-line literal after its opening quote: a backslash escapes any character
+_STRING_BODY = {q: re.compile(rf"[^{q}\\]*(?:\\.[^{q}\\]*)*{q}", re.DOTALL) for q in "'\""}
 
 
 def _tokenized_starts(line: str) -> set[int]:
