@@ -54,22 +54,56 @@ def _phases(profiler: cProfile.Profile) -> str:
     return "\n".join(lines)
 
 
+# (label, module, attribute path) timed by --no-profile: each where its caller looks it up
+TIMED = (
+    ("capture", "tc_capture.cache.frame_cache", "capture_region"),
+    ("  guards", "tc_capture.resume.compile_region", "compile_guards"),
+    ("joint trace", "tc_autograd.api", "trace"),
+    ("clean passes", "tc_autograd.passes", "clean"),
+    ("partition", "tc_autograd.api", "split"),
+    ("trace cache entry", "tc_autograd.api", "_cache_put"),
+    ("inductor compile (all)", "tc_inductor.compile", "_compile"),
+    ("  rewrite", "tc_inductor.compile", "rewrite"),
+    ("  lowering", "tc_inductor.compile", "GraphLowering.run"),
+    ("  scheduling", "tc_inductor.compile", "schedule"),
+    ("  codegen (kernels, wrapper)", "tc_inductor.compile", "_generate"),
+    ("    wrapper source", "tc_inductor.compile", "generate"),
+    ("  load (kernel builds, wrapper exec)", "tc_inductor.compile", "_load"),
+)
+
+
 def _time_compiles() -> list[float]:
     """This process's CPU seconds inside tc's frame compiles (capture, tc_autograd, tc_inductor;
-    not the first run of what they made), summed into the returned one-item list."""
+    not the first run of what they made), summed into the returned list's first item; the
+    phases of TIMED follow it, in order (a phase's outermost calls only)."""
+    import importlib
+
     from tc_capture.cache.frame_cache import FrameCache
 
-    total, inner = [0.0], FrameCache._compile
+    totals = [0.0] * (len(TIMED) + 1)
 
-    def timed(self, *args, **kwargs):
-        start = time.process_time()
-        try:
-            return inner(self, *args, **kwargs)
-        finally:
-            total[0] += time.process_time() - start
+    def timer(inner, slot):
+        depth = [0]
 
-    FrameCache._compile = timed
-    return total
+        def timed(*args, **kwargs):
+            start = time.process_time()
+            depth[0] += 1
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                depth[0] -= 1
+                if not depth[0]:
+                    totals[slot] += time.process_time() - start
+        return timed
+
+    FrameCache._compile = timer(FrameCache._compile, 0)
+    for slot, (_, module, path) in enumerate(TIMED, 1):
+        owner = importlib.import_module(module)
+        *parents, attr = path.split(".")
+        for name in parents:
+            owner = getattr(owner, name)
+        setattr(owner, attr, timer(getattr(owner, attr), slot))
+    return totals
 
 
 def _model(name: str, small: bool, layers: int | None):
@@ -122,6 +156,8 @@ def main() -> None:
           f"{'' if args.no_profile else ' under cProfile'}, {time.process_time() - cpu:.2f} s of this process's CPU, "
           f"{compile_cpu[0]:.2f} s of it compiling")
     if args.no_profile:
+        print("--- CPU seconds per phase\n" + "\n".join(f"{label:40s} {t:6.2f}" for (label, _, _), t in
+                                                     zip(TIMED, compile_cpu[1:])))
         return
     for order in ("cumulative", "tottime"):
         text = io.StringIO()
