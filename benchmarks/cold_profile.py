@@ -57,7 +57,7 @@ def _phases(profiler: cProfile.Profile) -> str:
 # (label, module, attribute path) timed by --no-profile: each where its caller looks it up
 TIMED = (
     ("capture", "tc_capture.cache.frame_cache", "capture_region"),
-    ("  guards", "tc_capture.resume.compile_region", "compile_guards"),
+    ("guards", "tc_capture.resume.compile_region", "compile_guards"),
     ("joint trace", "tc_autograd.api", "trace"),
     ("clean passes", "tc_autograd.passes", "clean"),
     ("partition", "tc_autograd.api", "split"),
