@@ -240,7 +240,7 @@ def test_triton_kernel_loads_from_the_store_without_compiling(tmp_path):
 # ---- generated wrappers' code objects -----------------------------------------------------------
 
 def test_wrapper_code_is_compiled_once_across_processes(tmp_path, monkeypatch):
-    from tc_inductor.codegen import build
+    from tc_ir import storage as build
 
     monkeypatch.setenv("TC_CACHE_DIR", str(tmp_path))
     source = "def call(x):\n    return x * 3 + 1\n"
@@ -258,12 +258,12 @@ def test_wrapper_code_is_compiled_once_across_processes(tmp_path, monkeypatch):
 
 
 def test_damaged_wrapper_code_is_compiled_again(tmp_path, monkeypatch):
-    from tc_inductor.codegen import build
+    from tc_ir import storage as build
 
     monkeypatch.setenv("TC_CACHE_DIR", str(tmp_path))
     source = "def call(x):\n    return x - 5\n"
     build.compiled_code(source, "<tc test wrapper>")
-    (path,) = (tmp_path / "inductor" / "code").glob("*.marshal")
+    (path,) = (tmp_path / "code").glob("*.marshal")
     path.write_bytes(b"\xe3garbage")  # no longer matches its recorded digest
     env = {}
     exec(build.compiled_code(source, "<tc test wrapper>"), env)  # noqa: S102

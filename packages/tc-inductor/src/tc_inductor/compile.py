@@ -18,6 +18,7 @@ import attrs
 import torch
 
 import tc_ir
+from tc_ir import storage
 
 from . import combo, inplace, kir, padding
 from .codegen import choose_backend, triton_mm
@@ -347,10 +348,8 @@ def _direct_op(target: Any) -> Any:
 
 
 def compile_source(source: str):
-    """The wrapper's code object (cached across processes: ``build.compiled_code``)."""
-    from .codegen.build import compiled_code
-
-    return compiled_code(source, "<tc_inductor wrapper>")
+    """The wrapper's code object (cached across processes: ``tc_ir.storage.compiled_code``)."""
+    return storage.compiled_code(source, "<tc_inductor wrapper>")
 
 
 def _own_memory(result: Any, *inputs: Any) -> Any:

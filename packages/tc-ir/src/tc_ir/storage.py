@@ -17,12 +17,16 @@ shared objects, kernel sources and graph records) goes through here, so the rule
 
 from __future__ import annotations
 
+import hashlib
 import hmac
+import importlib.util
+import marshal
 import os
 import secrets
 import stat
 import tempfile
 import threading
+import types
 import warnings
 from pathlib import Path
 
@@ -207,3 +211,26 @@ def read_verified(root: Path, path: Path, max_bytes: int = 1 << 32) -> bytes | N
         except OSError:
             pass
     return None
+
+
+def compiled_code(source: str, filename: str) -> types.CodeType:
+    """``compile(source, filename, "exec")``, read back from ``<cache root>/code`` when this
+    Python compiled the same source before: generated code of a large graph (ResNet-50's training
+    wrapper, its guard) is tens to hundreds of ms of ``compile`` in every warm process. The code
+    object is kept as ``marshal`` bytes (what a ``.pyc`` holds) in a digest-checked file of this
+    user (:func:`read_verified`); without a usable cache it is compiled each time."""
+    key = hashlib.sha256(f"{importlib.util.MAGIC_NUMBER.hex()}\0{filename}\0{source}".encode()).hexdigest()[:32]
+    root = trusted_subdir(cache_root(), "code")
+    path = root / f"{key}.marshal" if root is not None else None
+    data = read_verified(root, path) if path is not None else None
+    if data is not None:
+        try:
+            code = marshal.loads(data)
+            if isinstance(code, types.CodeType) and code.co_filename == filename:
+                return code
+        except (ValueError, EOFError, TypeError):  # damaged in a way the digest did not see
+            pass
+    code = compile(source, filename, "exec")
+    if path is not None:
+        write_verified(root, path, marshal.dumps(code))
+    return code

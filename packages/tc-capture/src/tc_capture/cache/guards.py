@@ -22,6 +22,8 @@ import torch
 from torch._C._dynamo.guards import TensorGuards
 from torch.utils.hooks import RemovableHandle
 
+from tc_ir import storage
+
 from .sources import RUNTIME_NAMES, Source, pretty
 
 _HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
@@ -390,7 +392,8 @@ def compile_guards(gs: GuardSet, param_exprs: list[str], globals_: dict) -> tupl
     text = "\n".join(src)
     scope["_texts"] = texts = [g.text for g in guards]
     scope["_failed"] = lambda i, read: _failed(texts[i], read)
-    exec(compile("\n".join(src[:first_why_line]), "<tc_capture guards>", "exec"), scope)
+    # cached across processes: a large model's guard is a third of a second of compile
+    exec(storage.compiled_code("\n".join(src[:first_why_line]), "<tc_capture guards>"), scope)  # noqa: S102
     return scope["guard"], _lazy_why("\n" * first_why_line + "\n".join(src[first_why_line:]), scope), text, ms, root_key
 
 

@@ -13,16 +13,13 @@ import concurrent.futures
 import ctypes
 import functools
 import hashlib
-import importlib.util
 import itertools
-import marshal
 import os
 import platform
 import shutil
 import subprocess
 import tempfile
 import threading
-import types
 from pathlib import Path
 from typing import Any
 
@@ -70,26 +67,6 @@ def verified_write(path: Path, data: bytes) -> None:
     """Write a cache file and record its digest (see :func:`verified_read`)."""
     if storage.trusted_subdir(path.parent.parent, path.parent.name) is not None:
         storage.write_verified(path.parent, path, data)
-
-
-def compiled_code(source: str, filename: str) -> types.CodeType:
-    """``compile(source, filename, "exec")``, read back from the cache when this Python compiled
-    the same source before: a generated wrapper of a large graph (ResNet-50's training step) is
-    tens of ms of ``compile`` in every warm process. The code object is kept as ``marshal`` bytes
-    (what a ``.pyc`` holds) in a digest-checked cache file of this user (``verified_read``)."""
-    key = hashlib.sha256(f"{importlib.util.MAGIC_NUMBER.hex()}\0{filename}\0{source}".encode()).hexdigest()[:32]
-    path = cache_dir() / "code" / f"{key}.marshal"
-    data = verified_read(path)
-    if data is not None:
-        try:
-            code = marshal.loads(data)
-            if isinstance(code, types.CodeType) and code.co_filename == filename:
-                return code
-        except (ValueError, EOFError, TypeError):  # damaged in a way the digest did not see
-            pass
-    code = compile(source, filename, "exec")
-    verified_write(path, marshal.dumps(code))
-    return code
 
 
 @functools.cache

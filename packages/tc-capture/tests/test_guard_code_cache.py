@@ -1,0 +1,37 @@
+"""A guard's code object is read back from the cache in a later process (a large model's guard is
+a third of a second of ``compile`` in every warm start), and it checks what it checked before."""
+
+from __future__ import annotations
+
+import marshal
+
+import torch
+
+import tc_capture
+
+
+def _compiled(model):
+    return tc_capture.optimize(tc_capture.interpret_backend)(model)
+
+
+def test_guard_code_is_cached_and_still_guards(tmp_path, monkeypatch):
+    monkeypatch.setenv("TC_CACHE_DIR", str(tmp_path))
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(_compiled(model)(x), model(x))
+    guards = [p for p in (tmp_path / "code").glob("*.marshal")
+              if marshal.loads(p.read_bytes()).co_filename == "<tc_capture guards>"]
+    assert len(guards) == 1
+
+    def no_compile(*args, **kwargs):
+        raise AssertionError("compiled again")
+
+    from tc_ir import storage
+
+    monkeypatch.setattr(storage, "compile", no_compile, raising=False)  # a later process reads it back
+    compiled = _compiled(model)
+    torch.testing.assert_close(compiled(x), model(x))
+    monkeypatch.delattr(storage, "compile")
+    model[0] = torch.nn.Linear(4, 4)  # a new module's parameters are read by the read-back guard
+    y = torch.randn(5, 4)
+    torch.testing.assert_close(compiled(y), model(y))
