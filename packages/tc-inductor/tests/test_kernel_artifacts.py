@@ -240,33 +240,33 @@ def test_triton_kernel_loads_from_the_store_without_compiling(tmp_path):
 # ---- generated wrappers' code objects -----------------------------------------------------------
 
 def test_wrapper_code_is_compiled_once_across_processes(tmp_path, monkeypatch):
-    from tc_ir import storage as build
+    from tc_ir import storage
 
     monkeypatch.setenv("TC_CACHE_DIR", str(tmp_path))
     source = "def call(x):\n    return x * 3 + 1\n"
-    first = build.compiled_code(source, "<tc test wrapper>")
-    monkeypatch.setattr(build, "compile", _no_compile, raising=False)  # a later process: read back
-    again = build.compiled_code(source, "<tc test wrapper>")
+    first = storage.compiled_code(source, "<tc test wrapper>")
+    monkeypatch.setattr(storage, "compile", _no_compile, raising=False)  # a later process: read back
+    again = storage.compiled_code(source, "<tc test wrapper>")
     assert again is not first and again == first and again.co_filename == "<tc test wrapper>"
     env = {}
     exec(again, env)  # noqa: S102
     assert env["call"](2) == 7
     with pytest.raises(AssertionError):  # another source, or another file name, is compiled
-        build.compiled_code(source + "\n# changed\n", "<tc test wrapper>")
+        storage.compiled_code(source + "\n# changed\n", "<tc test wrapper>")
     with pytest.raises(AssertionError):
-        build.compiled_code(source, "<tc other>")
+        storage.compiled_code(source, "<tc other>")
 
 
 def test_damaged_wrapper_code_is_compiled_again(tmp_path, monkeypatch):
-    from tc_ir import storage as build
+    from tc_ir import storage
 
     monkeypatch.setenv("TC_CACHE_DIR", str(tmp_path))
     source = "def call(x):\n    return x - 5\n"
-    build.compiled_code(source, "<tc test wrapper>")
+    storage.compiled_code(source, "<tc test wrapper>")
     (path,) = (tmp_path / "code").glob("*.marshal")
     path.write_bytes(b"\xe3garbage")  # no longer matches its recorded digest
     env = {}
-    exec(build.compiled_code(source, "<tc test wrapper>"), env)  # noqa: S102
+    exec(storage.compiled_code(source, "<tc test wrapper>"), env)  # noqa: S102
     assert env["call"](9) == 4
 
 
