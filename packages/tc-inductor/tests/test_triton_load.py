@@ -413,22 +413,3 @@ def test_launch_files_are_the_metadata_and_the_binary(cuda_like):
     assert triton_load.launch_files(group, "k") == {"k.cubin": "/c/k.cubin", "k.json": "/c/k.json"}
     with pytest.raises(triton_load.LoadError):
         triton_load.launch_files({"k.json": "/c/k.json", "k.ptx": "/c/k.ptx"}, "k")
-
-
-def test_tritons_platform_key_is_computed_once_and_unchanged(monkeypatch):
-    import platform
-
-    from triton.runtime import build as triton_build
-
-    monkeypatch.setattr(triton_build, "platform_key", triton_build.platform_key)  # restored after the test
-    want = triton_build.platform_key()
-    triton_load.cache_platform_key()
-    triton_load.cache_platform_key()  # idempotent: one cache, not a cache of a cache
-    assert triton_build.platform_key.tc_cached and triton_build.platform_key() == want
-    assert not hasattr(triton_build.platform_key.__wrapped__, "tc_cached")
-    monkeypatch.setattr(platform, "architecture", _no_compile_again)
-    assert triton_build.platform_key() == want  # no `file` process run again
-
-
-def _no_compile_again(*args, **kwargs):
-    raise AssertionError("platform.architecture() called again")

@@ -1085,7 +1085,6 @@ def _load_ahead(compiled: Any) -> None:
     first launch loads it again and says what is wrong."""
     try:
         if hasattr(compiled, "_init_handles"):
-            triton_load.cache_platform_key()
             compiled._init_handles()
     except Exception as e:
         _log.debug("loading a Triton kernel ahead of its first launch failed (%s: %s)", type(e).__name__, e)
@@ -1199,13 +1198,24 @@ def _contains(store: Any, kind: str, key: str) -> bool:
     return hasattr(store, "contains") and store.contains(kind, key)
 
 
+def _description(compiled: Any) -> bytes | None:
+    """``DESCRIPTION``'s content for ``compiled``: its hash and ``triton_load.describe`` of its
+    ``src``; None where there is none (autotuned: several configs; a test's stand-in)."""
+    digest = getattr(compiled, "hash", None)
+    if not isinstance(digest, str):
+        return None
+    try:
+        return json.dumps({"hash": digest, "src": triton_load.describe(compiled.src)}).encode()
+    except Exception:  # no src to describe: loaded through warmup
+        return None
+
+
 def _save_description(store: Any, key: str, compiled: Any) -> None:
     """The ``"triton_desc"`` entry of ``compiled`` (for ``_load_known``), where the store lacks it."""
-    digest = getattr(compiled, "hash", None)
-    if not isinstance(digest, str) or not hasattr(store, "contains") or store.contains("triton_desc", key):
+    if not hasattr(store, "contains") or _contains(store, "triton_desc", key):
         return
-    with contextlib.suppress(Exception):  # no src to describe (a stand-in): loaded through the archive
-        data = json.dumps({"hash": digest, "src": triton_load.describe(compiled.src)}).encode()
+    data = _description(compiled)
+    if data is not None:
         artifacts.store_put(store, "triton_desc", key, data)
 
 
@@ -1216,9 +1226,8 @@ def _save_compiled(store: Any, key: str, compiled: Any, root: Path, restored: li
     name = triton_cache_entry(root, digest) if isinstance(digest, str) else None
     if name is None or (name in restored and not stale):
         return
-    extra = {}
-    with contextlib.suppress(Exception):  # no src to describe (a stand-in): stored without, loaded by warmup
-        extra[f"{name}/{DESCRIPTION}"] = json.dumps({"hash": digest, "src": triton_load.describe(compiled.src)}).encode()
+    data = _description(compiled)
+    extra = {f"{name}/{DESCRIPTION}": data} if data is not None else {}
     artifacts.store_put(store, "triton_kernel", key, artifacts.pack_dirs(root, [name], extra))
 
 

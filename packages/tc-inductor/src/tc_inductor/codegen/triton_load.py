@@ -27,7 +27,6 @@ so a launch that goes through ``run`` (a profiler hook, a misaligned pointer) fi
 
 from __future__ import annotations
 
-import functools
 import json
 from typing import Any, NamedTuple
 
@@ -133,21 +132,6 @@ def _binary_ext() -> str:
 
 
 _binary_exts: dict = {}
-
-
-def cache_platform_key() -> None:
-    """Make Triton's ``runtime.build.platform_key()`` computed once per process. It is part of
-    the cache key of every C launcher Triton loads (``compile_module_from_src``, once per kernel
-    signature) and calls ``platform.architecture()``, which runs the ``file`` command on the
-    Python executable: a process forked from this (large, GPU-holding) one per kernel loaded.
-    Machine, system and architecture cannot change within a process: the value is the same."""
-    from triton.runtime import build as triton_build
-
-    current = getattr(triton_build, "platform_key", None)
-    if callable(current) and not getattr(current, "tc_cached", False):
-        cached = functools.cache(current)
-        cached.tc_cached = True
-        triton_build.platform_key = cached
 
 
 def _check_metadata(meta: dict, digest: str, options: Any) -> None:
