@@ -16,7 +16,7 @@ import pytest
 import sympy
 import torch
 import triton.experimental.gluon  # noqa: F401  (imported as the conftest says, before a test unsets TRITON_INTERPRET)
-from test_kernel_artifacts import DictStore
+from test_kernel_artifacts import SCRIPT, DictStore
 from test_triton_compile_pool import TARGET, _stand_in_driver
 from test_triton_warmup import kernel_of
 
@@ -268,10 +268,8 @@ def triton_compile_archive(data: bytes) -> dict:
 
 # ---- on the GPU ---------------------------------------------------------------------------------
 
-GPU_SCRIPT = """
-import sys
-from pathlib import Path
-import torch, tc_ir, tc_inductor
+# the store script of test_kernel_artifacts (imports, a directory store), then Triton's key counted
+GPU_SCRIPT = SCRIPT.split("aten = torch.ops.aten")[0] + """
 import triton.compiler.compiler as compiler
 import triton.runtime.cache as cache
 from tc_inductor.codegen.triton_launch import TritonLauncher
@@ -282,16 +280,6 @@ def counted(*args, **kwargs):
     keys.append(1)
     return real_key(*args, **kwargs)
 compiler.get_cache_key = cache.get_cache_key = counted
-
-class DirStore:
-    def __init__(self, root):
-        self.root = Path(root)
-    def get(self, kind, key):
-        path = self.root / kind / key
-        return path.read_bytes() if path.exists() else None
-    def put(self, kind, key, data):
-        (self.root / kind).mkdir(parents=True, exist_ok=True)
-        (self.root / kind / key).write_bytes(data)
 
 aten = torch.ops.aten
 g = tc_ir.Graph()
