@@ -1,5 +1,6 @@
 """Memory planning in the generated wrapper: buffers die after their last use, dead buffers are
-reused by the next step, boxed calls let inputs die early; peak memory at or below eager's."""
+reused (large ones by the next step only), boxed calls let inputs die early; peak memory at or
+below eager's."""
 
 from __future__ import annotations
 
@@ -62,8 +63,9 @@ def test_every_dead_local_is_deleted_after_its_last_use(backend):
         assert_same(k(*fresh), tc_ir.interpret(build(_chain, inputs), fresh))
 
 
-def test_a_dead_buffer_is_reused_by_the_next_step_only():
-    inputs = [torch.randn(16, 16), torch.randn(16, 16)]
+def test_a_large_dead_buffer_is_reused_by_the_next_step_only():
+    # 512x512 float32 = 1 MiB + 4 bytes past FreePool.SMALL: only the next step may take it
+    inputs = [torch.randn(512, 513), torch.randn(513, 513)]
     k = _compile(_chain, inputs, backend="cpp")
     assert "# reuse" in k.source
     lines = k.source.splitlines()
@@ -73,6 +75,13 @@ def test_a_dead_buffer_is_reused_by_the_next_step_only():
             old = match.group(2)
             readers = [j for j, other in enumerate(lines[:i]) if re.search(rf"\b{old}\b", other.split("#")[0])]
             assert i - readers[-1] <= 6, k.source
+    fresh = [torch.randn(512, 513), torch.randn(513, 513)]
+    assert_same(k(*fresh), tc_ir.interpret(build(_chain, inputs), fresh))
+
+
+def _layout(shape, dtype=torch.float32):
+    stride = tuple(int(torch.tensor(shape[i + 1:]).prod()) for i in range(len(shape)))
+    return (shape, stride, dtype, torch.device("cpu"))
 
 
 def test_size_class_reuse_reshapes_a_dead_buffer():
@@ -84,8 +93,50 @@ def test_size_class_reuse_reshapes_a_dead_buffer():
     pool.next_step()
     assert pool.take((4, 8), (8, 1), torch.float16, "cpu") is None  # another dtype
     assert pool.take((2, 8), (8, 1), torch.float32, "cpu") is None  # another size
+
+
+def test_small_dead_buffers_wait_for_a_later_step_large_ones_do_not():
+    pool = memory.FreePool()
+    pool.add("small", _layout((64, 64)))
+    pool.add("large", _layout((1024, 1024)))  # 4 MiB > SMALL
     pool.next_step()
-    assert pool.take((4, 8), (8, 1), torch.float32, "cpu") is None  # two steps later: deleted instead
+    for _ in range(5):
+        pool.next_step()
+    assert pool.take((1024, 1024), (1024, 1), torch.float32, "cpu") is None
+    assert pool.take((64, 64), (64, 1), torch.float32, "cpu") == "small"
+    assert pool.take((64, 64), (64, 1), torch.float32, "cpu") is None  # taken once
+
+
+def test_held_bytes_are_bounded_oldest_dropped_first():
+    pool = memory.FreePool()
+    n = memory.FreePool.HELD // memory.FreePool.SMALL + 1
+    shape = (memory.FreePool.SMALL // 4,)
+    for i in range(n):  # each exactly SMALL bytes: one more than HELD allows
+        pool.add(f"buf{i}", _layout(shape))
+        pool.next_step()
+    pool.next_step()
+    taken = []
+    while (name := pool.take(shape, (1,), torch.float32, "cpu")) is not None:
+        taken.append(name)
+    assert sorted(taken) == sorted(f"buf{i}" for i in range(1, n)), taken
+
+
+def _two_mm_chain(g, x, w):
+    # each kernel's result dies at the first matmul after it: two steps before the next kernel
+    h = x
+    for _ in range(4):
+        t = g.call(aten.relu.default, g.call(aten.mul.Tensor, h, 0.5))
+        h = g.call(aten.add.Tensor, g.call(aten.mm.default, g.call(aten.mm.default, t, w), w), 1.0)
+    return h
+
+
+def test_a_small_buffer_is_reused_steps_after_it_died_and_results_match():
+    inputs = [torch.randn(16, 16), torch.randn(16, 16)]
+    k = _compile(_two_mm_chain, inputs, backend="cpp")
+    assert k.source.count("# reuse") >= 3, k.source
+    for _ in range(3):
+        fresh = [torch.randn(16, 16), torch.randn(16, 16)]
+        assert_same(k(*fresh), tc_ir.interpret(build(_two_mm_chain, inputs), fresh))
 
 
 def test_globals_are_never_deleted():

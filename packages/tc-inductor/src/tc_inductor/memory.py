@@ -9,10 +9,14 @@ frees each temporary as soon as its last consumer has run. Two steps bring the w
   the caching allocator hands the freed block to the next allocation on the stream, which
   runs after the reader: stream order makes this safe, as it does in eager.
 * :class:`FreePool` reuses a dead buffer for a new output of the same dtype, device and size
-  (reshaped when only the layout differs), but only in the very next step: a dead buffer held
-  back for a later match would stay allocated in between and raise the peak, which is what
-  ``del`` and the allocator already avoid; the next step's reuse costs nothing and saves one
-  allocation.
+  (reshaped when only the layout differs). A large buffer is reused only in the very next step:
+  held back for a later match it would stay allocated in between and raise the peak, which is
+  what ``del`` and the allocator already avoid. A small one (at most ``SMALL`` bytes, at most
+  ``HELD`` bytes of them at once) waits for any later step: a batch-norm's partial sums, a
+  weight's low-precision copy, a softmax's row statistics recur in every layer, and each reuse
+  saves an allocation (a few µs of host time on CUDA) for a bounded, tiny rise of the peak. A
+  buffer no later step takes is deleted after its last reader as before: only a reuse extends a
+  buffer's life.
 
 Inputs die early too when the caller hands its references over (a *boxed* call, a list the
 wrapper clears): the backward graph's saved activations are freed one by one as the backward
@@ -79,34 +83,56 @@ def _mentions(chunk: list[str]) -> set[str]:
 
 
 class FreePool:
-    """Dead buffers a new output of the next step may take over (see the module docstring)."""
+    """Dead buffers a new output may take over (see the module docstring)."""
+
+    SMALL = 1 << 20  # bytes: a dead buffer up to this size waits for any later step
+    HELD = 8 << 20  # bytes: at most this much waits at once (the oldest goes first)
 
     def __init__(self):
         self._ready: list[tuple[str, tuple]] = []    # died in the step just generated
         self._pending: list[tuple[str, tuple]] = []  # dying in the step being generated
+        self._held: list[tuple[str, tuple, int]] = []  # small ones that died before, oldest first
 
     def add(self, name: str, layout: tuple) -> None:
         self._pending.append((name, layout))
 
     def next_step(self) -> None:
+        for name, layout in self._ready:  # not taken by this step: small ones wait, others die
+            nbytes = _nbytes(layout)
+            if nbytes is not None and nbytes <= self.SMALL:
+                self._held.append((name, layout, nbytes))
+        total = sum(nbytes for _, _, nbytes in self._held)
+        while total > self.HELD:
+            total -= self._held.pop(0)[2]
         self._ready, self._pending = self._pending, []
 
     def take(self, shape: Any, stride: Any, dtype: torch.dtype, device: Any) -> str | None:
-        """A dead buffer's name (as an expression of the wanted layout) for an output, or None."""
+        """A dead buffer's name (as an expression of the wanted layout) for an output, or None.
+        The last step's dead buffers first, then the small ones held from before."""
         want = (tuple(shape), tuple(stride), dtype, str(torch.device(device)))
-        for i, (name, layout) in enumerate(self._ready):
-            if _key(layout) == want:
-                del self._ready[i]
-                return name
         size = _span(shape, stride)
-        for i, (name, layout) in enumerate(self._ready):
-            have_shape, have_stride, have_dtype, have_device = layout
-            have = _span(have_shape, have_stride)
-            if (have_dtype, str(torch.device(have_device))) == want[2:] and size is not None \
-                    and have is not None and _fits(size, have, have_shape):
-                del self._ready[i]
-                return f"{name}.as_strided({_tup(shape)}, {_tup(stride)})"
+        for pool in (self._ready, self._held):
+            for i, (name, layout, *_) in enumerate(pool):
+                if _key(layout) == want:
+                    del pool[i]
+                    return name
+            for i, (name, layout, *_) in enumerate(pool):
+                have_shape, have_stride, have_dtype, have_device = layout
+                have = _span(have_shape, have_stride)
+                if (have_dtype, str(torch.device(have_device))) == want[2:] and size is not None \
+                        and have is not None and _fits(size, have, have_shape):
+                    del pool[i]
+                    return f"{name}.as_strided({_tup(shape)}, {_tup(stride)})"
         return None
+
+
+def _nbytes(layout: tuple) -> int | None:
+    """Bytes a dense static layout holds (None over symbolic sizes: never held)."""
+    shape, stride, dtype, _ = layout
+    span = _span(shape, stride)
+    if span is None or is_symbolic(span) or not _same(span, _numel(shape)):
+        return None
+    return int(span) * dtype.itemsize
 
 
 def _fits(size: Any, have: Any, have_shape: Any) -> bool:

@@ -109,7 +109,7 @@ def generate(lowered: LoweredGraph, sched: Schedule, calls: dict, extern_names: 
             if name in keep or name not in layouts or name not in allocated:
                 continue
             free.add(name, layouts[name])
-        free.next_step()  # a dead buffer is reused by the next step or never: held, it would raise the peak
+        free.next_step()  # large dead buffers: the next step or never; small ones wait (memory.FreePool)
         chunks.append(body)
     outputs = tc_ir.map_structure(lowered.outputs, lambda v: v)
     chunks.append([f"return {render_value(outputs, layouts)}"])
