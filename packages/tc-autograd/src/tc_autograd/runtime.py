@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch.autograd.graph import increment_version
 
-from .functionalize import storage_groups
+from .functionalize import storage_groups, storage_pointers
 from .joint import OutputLeaf, Traced
 
 DOUBLE_BACKWARD = ("tc_autograd: double backward (or create_graph=True) through a compiled region "
@@ -60,6 +60,14 @@ COUNTERS = {"skipped_copies": 0}  # copy-backs skipped because the graph wrote i
 
 def same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether ``a`` and ``b`` are the same elements of the same memory (a zero-size tensor never is)."""
+    try:
+        # One C++ call for the usual case, a graph value written into its input (the same
+        # storage, offset, sizes and strides): copy-back asks this for every mutated input.
+        if a.is_set_to(b):
+            return a.dtype is b.dtype and a.numel() > 0
+    except NotImplementedError:  # a backend without is_set_to
+        pass
+    # Also two storages over one memory (``from_numpy`` twice, DLPack): compare addresses.
     return (a.data_ptr() == b.data_ptr() and a.stride() == b.stride() and a.shape == b.shape
             and a.dtype == b.dtype and a.device == b.device and a.numel() > 0)
 
@@ -146,13 +154,17 @@ class WrongVariant(Exception):
     inputs sharing memory with an input the graph writes."""
 
 
-def check_unshared(inputs: Sequence[Any], mutated: list[int]) -> None:
+def check_unshared(inputs: Sequence[Any], mutated: list[int]) -> set[int]:
     """Written inputs must not share memory with other inputs (the graph treats each input as
     its own value, so a write to one would not show in the other): such a call needs another
-    variant (which refuses to trace, so the caller runs the graph eagerly)."""
-    groups = storage_groups(inputs)
+    variant (which refuses to trace, so the caller runs the graph eagerly).
+
+    Returns the written inputs' storage addresses (see :func:`_protect_from_copy_back`)."""
+    pointers = storage_pointers(inputs)
+    groups = storage_groups(inputs, pointers)
     if groups and any(i in g for g in groups for i in mutated):
         raise WrongVariant
+    return {pointers[i] for i in mutated}
 
 
 class InferenceRunner:
@@ -192,8 +204,7 @@ class TrainingRunner:
         self.mutated, self.num_user = traced.mutated_inputs, traced.num_user_outputs
 
     def __call__(self, inputs: Sequence[Any]) -> Any:
-        if self.mutated:
-            check_unshared(inputs, self.mutated)
+        # (``check_unshared`` runs in the function's forward, which shares its storage addresses)
         if torch._C._are_functorch_transforms_active():
             values = self.function.apply(*inputs)
         else:
@@ -236,15 +247,21 @@ def _make_function(traced: Traced, forward: Callable, backward: Callable, patter
         def forward(ctx, *inputs):
             if ctx.needs_input_grad != pattern:  # which inputs need grad decides the graphs
                 raise WrongVariant
+            written = check_unshared(inputs, mutated) if mutated else None
             with no_ambient_autocast():
                 results = forward(*inputs)
             values, saved = tuple(results[:num_values]), results[num_values:]
-            if mutated:
-                saved = _protect_from_copy_back(saved, [inputs[i] for i in mutated])
+            if written is not None:
+                saved = _protect_from_copy_back(saved, written)
             ctx.save_for_backward(*saved)
             ctx.sizes = sizes(inputs) if sizes is not None else ()
             if non_differentiable:
                 ctx.mark_non_differentiable(*[values[k] for k in non_differentiable])
+                # Their cotangents are never read (``tangents`` takes the differentiable ones):
+                # autograd passes None instead of allocating and filling zeros for each one
+                # (batch norm's running stats: three per layer, every step). A differentiable
+                # output without a gradient still gets zeros, as the backward graph needs them.
+                ctx._materialize_non_diff_grads = False
             return values
 
         @staticmethod
@@ -271,11 +288,15 @@ def _make_function(traced: Traced, forward: Callable, backward: Callable, patter
     return CompiledFunction
 
 
-def _protect_from_copy_back(saved: Sequence[Any], mutated: list[torch.Tensor]) -> list[Any]:
-    """Clone saved tensors sharing memory with inputs the wrapper is about to overwrite.
+def _protect_from_copy_back(saved: Sequence[Any], written: set[int]) -> Sequence[Any]:
+    """Clone saved tensors sharing memory with inputs the wrapper is about to overwrite
+    (``written``: their storage addresses, from :func:`check_unshared`).
 
     The backward needs their old values, and autograd's version counter would reject them.
+    A zero-size written input (address 0) has every memoryless saved tensor cloned: cheap, and
+    a saved view of that input would otherwise see its version counter bumped.
     """
-    pointers = {t.untyped_storage().data_ptr() for t in mutated}
-    return [s.clone() if isinstance(s, torch.Tensor) and s.untyped_storage().data_ptr() in pointers else s
-            for s in saved]
+    pointers = storage_pointers(saved)
+    if written.isdisjoint(pointers):  # the common case, without a Python loop
+        return saved
+    return [s.clone() if p in written and isinstance(s, torch.Tensor) else s for s, p in zip(saved, pointers)]
