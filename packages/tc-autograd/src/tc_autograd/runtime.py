@@ -154,17 +154,14 @@ class WrongVariant(Exception):
     inputs sharing memory with an input the graph writes."""
 
 
-def check_unshared(inputs: Sequence[Any], mutated: list[int]) -> set[int]:
+def check_unshared(inputs: Sequence[Any], mutated: list[int], pointers: list[int] | None = None) -> None:
     """Written inputs must not share memory with other inputs (the graph treats each input as
     its own value, so a write to one would not show in the other): such a call needs another
-    variant (which refuses to trace, so the caller runs the graph eagerly).
-
-    Returns the written inputs' storage addresses (see :func:`_protect_from_copy_back`)."""
-    pointers = storage_pointers(inputs)
+    variant (which refuses to trace, so the caller runs the graph eagerly). ``pointers``: the
+    inputs' ``storage_pointers``, when the caller has them."""
     groups = storage_groups(inputs, pointers)
     if groups and any(i in g for g in groups for i in mutated):
         raise WrongVariant
-    return {pointers[i] for i in mutated}
 
 
 class InferenceRunner:
@@ -247,12 +244,14 @@ def _make_function(traced: Traced, forward: Callable, backward: Callable, patter
         def forward(ctx, *inputs):
             if ctx.needs_input_grad != pattern:  # which inputs need grad decides the graphs
                 raise WrongVariant
-            written = check_unshared(inputs, mutated) if mutated else None
+            if mutated:  # one pass over the storages serves both checks
+                pointers = storage_pointers(inputs)
+                check_unshared(inputs, mutated, pointers)
             with no_ambient_autocast():
                 results = forward(*inputs)
             values, saved = tuple(results[:num_values]), results[num_values:]
-            if written is not None:
-                saved = _protect_from_copy_back(saved, written)
+            if mutated:
+                saved = _protect_from_copy_back(saved, {pointers[i] for i in mutated})
             ctx.save_for_backward(*saved)
             ctx.sizes = sizes(inputs) if sizes is not None else ()
             if non_differentiable:
@@ -290,7 +289,7 @@ def _make_function(traced: Traced, forward: Callable, backward: Callable, patter
 
 def _protect_from_copy_back(saved: Sequence[Any], written: set[int]) -> Sequence[Any]:
     """Clone saved tensors sharing memory with inputs the wrapper is about to overwrite
-    (``written``: their storage addresses, from :func:`check_unshared`).
+    (``written``: their storage addresses).
 
     The backward needs their old values, and autograd's version counter would reject them.
     A zero-size written input (address 0) has every memoryless saved tensor cloned: cheap, and
