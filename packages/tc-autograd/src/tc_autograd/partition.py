@@ -5,11 +5,11 @@ the saved nodes from the primal inputs; the backward graph computes the grads fr
 nodes plus the tangents, recomputing anything else it needs.
 
 ``save_all`` saves every forward value the backward reads. ``min_cut`` solves a minimum s-t cut
-over the data-flow graph (networkx), as AOTAutograd does: each node is split into an in/out pair
-joined by an edge costing its size in bytes, so the cut edges are the saved nodes. Nodes whose
-op is expensive (matmul, convolution, reductions) or random are tied to the source: if the
-backward needs them they are saved, never recomputed; cheap pointwise and view ops are free to
-be recomputed in the backward instead of saved.
+over the data-flow graph (:mod:`tc_autograd.mincut`), as AOTAutograd does: each node is split
+into an in/out pair joined by an edge costing its size in bytes, so the cut edges are the saved
+nodes. Nodes whose op is expensive (matmul, convolution, reductions) or random are tied to the
+source: if the backward needs them they are saved, never recomputed; cheap pointwise and view ops
+are free to be recomputed in the backward instead of saved.
 
 Both honour checkpoint regions (:mod:`tc_autograd.checkpoint`): a node tagged
 ``meta["recompute"]`` that :func:`~tc_autograd.checkpoint.must_recompute` names is never saved
@@ -32,6 +32,7 @@ import tc_ir
 
 from .checkpoint import backward_order, classify, must_recompute
 from .functionalize import is_view_op
+from .mincut import FlowGraph
 
 aten = torch.ops.aten
 
@@ -44,6 +45,8 @@ CHEAP_OPS = {aten._to_copy.default, aten.clone.default, aten.copy.default, aten.
 
 # Added to the cost of saving a checkpointed value: more than any real set of activations.
 UNSAVABLE = 2**62
+
+SOURCE, SINK = 0, 1  # the flow graph's vertices; node i's pair is 2 + 2i (in) and 3 + 2i (out)
 
 
 def is_recomputable(node: tc_ir.Node) -> bool:
@@ -130,35 +133,32 @@ def save_all(joint: tc_ir.Graph) -> list[tc_ir.Node]:
 
 def min_cut(joint: tc_ir.Graph) -> list[tc_ir.Node]:
     """Save the fewest bytes that let the backward recompute the rest."""
-    # imported here: networkx costs ~0.2 s of CPU and only a compile needs it (warm starts skip it)
-    import networkx as nx
-
     values, grads = joint.outputs
     primals, tangents = _roles(joint)
     forward = _ancestors(tc_ir.nodes_in(values))
     needs_tangent = set(tangents) | _descendants(tangents)
     banned, boundary = classify(joint)
-    flow = nx.DiGraph()
-    for node in joint.nodes:
-        name_in, name_out = ("in", node), ("out", node)
+    index = {node: 2 + 2 * i for i, node in enumerate(joint.nodes)}  # its "in" vertex; "out" is + 1
+    flow = FlowGraph(2 + 2 * len(index))
+    for node, v_in in index.items():
         if node in needs_tangent:
-            flow.add_edge(name_in, "sink")
+            flow.add_edge(v_in, SINK)
         if node in primals or node in boundary or (node in forward and node.op == "call"
                                                    and not is_recomputable(node) and node not in banned):
-            flow.add_edge("source", name_in)
+            flow.add_edge(SOURCE, v_in)
         # One byte more for non-inputs: on a tie, save the input (alive anyway) over a copy of it.
         weight = nbytes(node) + (0 if node.op == "input" else 1)
         if node in banned and weight != math.inf:
             # Checkpointed: saved only where nothing else can be (a size input feeding the region
             # in a symbolic trace cannot be saved), so the cut falls on the region's inputs.
             weight += UNSAVABLE
-        flow.add_edge(name_in, name_out, **({} if weight == math.inf else {"capacity": weight}))
+        flow.add_edge(v_in, v_in + 1, weight)
         for user in node.users:
-            flow.add_edge(name_out, ("in", user))
+            flow.add_edge(v_in + 1, index[user])
     for grad in tc_ir.nodes_in(grads):
-        flow.add_edge(("out", grad), "sink")
-    _, (reachable, _) = nx.minimum_cut(flow, "source", "sink")
-    return [n for n in joint.nodes if ("in", n) in reachable and ("out", n) not in reachable]
+        flow.add_edge(index[grad] + 1, SINK)
+    sink_side = flow.sink_side(SOURCE, SINK)
+    return [n for n, v_in in index.items() if v_in not in sink_side and v_in + 1 in sink_side]
 
 
 STRATEGIES = {"min_cut": min_cut, "save_all": save_all}
