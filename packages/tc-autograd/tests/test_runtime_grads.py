@@ -258,6 +258,30 @@ def test_a_saved_tensor_in_a_written_input_keeps_its_old_value(fn):
         torch.testing.assert_close(results[1], results[0])
 
 
+def writes_odd_layouts(x, e, w):
+    y = (x.sin() * w).sum(0) + e.sum()  # saves x (the smallest cut), which the graph writes
+    x.mul_(w)
+    e.add_(1.0)
+    return y
+
+
+def test_written_inputs_non_contiguous_and_zero_size():
+    def inputs():
+        return [torch.randn(3, 4).t(), torch.randn(0, 3), torch.randn(3)]
+
+    compiled = tc_autograd.aot(trace(writes_odd_layouts, inputs()), [*inputs()[:2], torch.randn(3, requires_grad=True)])
+    for _ in range(2):
+        fresh = inputs()
+        results = []
+        for fn in (writes_odd_layouts, compiled):
+            x, e, w = fresh[0].t().clone().t(), fresh[1].clone(), fresh[2].clone().requires_grad_()
+            out = fn(x, e, w)
+            out.sum().backward()
+            assert not x.is_contiguous()
+            results.append((out, x, e, w.grad))
+        torch.testing.assert_close(results[1], results[0])
+
+
 def write_first_read_second(a, b):
     a.add_(1.0)
     return (b * 2).sum()

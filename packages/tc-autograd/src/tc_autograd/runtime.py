@@ -201,7 +201,8 @@ class TrainingRunner:
         self.mutated, self.num_user = traced.mutated_inputs, traced.num_user_outputs
 
     def __call__(self, inputs: Sequence[Any]) -> Any:
-        # (``check_unshared`` runs in the function's forward, which shares its storage addresses)
+        # check_unshared runs inside the function's forward, sharing its storage addresses with
+        # _protect_from_copy_back
         if torch._C._are_functorch_transforms_active():
             values = self.function.apply(*inputs)
         else:
