@@ -5,6 +5,8 @@ activations stay NHWC between forward and backward), and the kernels it generate
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from inductor_helpers import assert_same
@@ -232,7 +234,8 @@ def test_resnet_block_training(backend, block, cin, kw):
     # the saved conv results come back NHWC and the backward was compiled for them: no copy
     nhwc = [s for s in forward.output_strides if s is not None and len(s) == 4 and s[1] == 1]
     assert nhwc, forward.output_strides
-    assert all(f"stride() != {tuple(st)}" in backward.source for st in nhwc)
+    # (each input's fallback line, ``x = _layout(x, shape, stride)``, names the compiled strides)
+    assert all(f", {tuple(st)})" in backward.source for st in nhwc)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -273,3 +276,35 @@ def test_batch_norm_statistics_split_over_the_batch(backend):
     compiled = _check_inference(g, backend)
     unsplit = tc_inductor.compile(g, _fresh(g), _opts(backend, "never"))
     assert compiled.stats["kernels"] > unsplit.stats["kernels"]
+
+
+def _autocast_conv(g, x, w):
+    # as under autocast: the weight's half-precision copy is what the convolution reads, so its
+    # gradient is cast back to float32 by a kernel (not returned as it is)
+    x16, w16 = (g.call(aten._to_copy.default, t, kwargs={"dtype": torch.bfloat16}) for t in (x, w))
+    y = g.call(F.conv2d, x16, w16, None, 1, 1)
+    return g.call(F.relu, g.call(aten._to_copy.default, y, kwargs={"dtype": torch.float32}))
+
+
+def test_weight_gradient_is_expected_channels_last():
+    """A 3x3 weight's gradient from an NHWC ``convolution_backward`` is compiled for NHWC strides
+    (cuDNN returns it so): expected contiguous, it was copied after every backward on the GPU.
+    (C++ back end only: Triton 3.6's interpreter truncates float32 to bfloat16 where the GPU
+    rounds to nearest, so its bf16 values differ from eager's by an ulp, and a ReLU mask with them.)"""
+    backend = "cpp"
+    g = _graph(_autocast_conv, [("x", _spec(2, 8, 6, 6)), ("w", _spec(8, 8, 3, 3))])
+    compiled: list = []
+    f = _aot(g, _train_inputs(g, ()), backend, "always", compiled)
+    for _ in range(2):
+        a = _train_inputs(g, ())
+        b = [t.detach().clone().requires_grad_() for t in a]
+        got, want = f(*a), tc_ir.interpret(g, b)
+        grad = torch.randn_like(want)
+        got.backward(grad)
+        want.backward(grad)
+        for x, y in zip(a, b):
+            torch.testing.assert_close(x.grad, y.grad, atol=1e-2, rtol=1e-2)
+            assert x.grad.stride() == y.grad.stride()
+    backward = compiled[1].source
+    # convolution_backward's result [1], the weight gradient, checked against channels-last strides
+    assert re.search(r"(extern\d+_1) = _layout\(\1, \(8, 8, 3, 3\), \(72, 1, 24, 8\)\)", backward), backward

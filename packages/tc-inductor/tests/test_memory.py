@@ -232,3 +232,32 @@ def test_compile_keeps_no_example_input_alive():
             gc.enable()
     fresh = [torch.randn(16, 16), torch.randn(16, 16)]
     assert_same(k(*fresh), tc_ir.interpret(build(_chain, fresh), fresh))
+
+
+def test_size_one_strides_are_not_compared(monkeypatch):
+    """An input (or extern result) whose strides differ from the compiled ones only on size-1 dims
+    is used as it is, without a ``_layout`` call; any other difference is laid out, and the values
+    always match eager."""
+    import sys
+
+    from tc_inductor.wrapper import _not_laid_out
+
+    assert _not_laid_out("x", (4, 1, 3), (3, 3, 1)) == "x.shape != (4, 1, 3) or (_st := x.stride())[0] != 3 or _st[2] != 1"
+    assert _not_laid_out("x", (1, 1), (1, 1)) == "x.shape != (1, 1)"
+    assert _not_laid_out("x", (2, 3), (3, 1)) == "x.stride() != (3, 1) or x.shape != (2, 3)"
+
+    def fn(g, x):
+        return g.call(aten.mul.Tensor, g.call(aten.sin.default, x), 2.0)
+
+    example = torch.randn(4, 1, 3)
+    calls = []
+    module = sys.modules["tc_inductor.compile"]
+    real = module._layout
+    monkeypatch.setattr(module, "_layout", lambda *a: calls.append(a) or real(*a))  # read when the wrapper loads
+    k = _compile(fn, [example], backend="cpp")
+    odd = torch.randn(12).as_strided((4, 1, 3), (3, 99, 1))  # another stride on the size-1 dim only
+    assert_same(k(odd), tc_ir.interpret(build(fn, [example]), [odd]))
+    assert calls == []
+    transposed = torch.randn(3, 1, 4).permute(2, 1, 0)  # another order on the size > 1 dims
+    assert_same(k(transposed), tc_ir.interpret(build(fn, [example]), [transposed]))
+    assert len(calls) == 1

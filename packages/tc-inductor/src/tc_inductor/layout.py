@@ -8,14 +8,15 @@ before lowering: the 4-D values of the *conv region* are stored with channels-la
 and returns NHWC results, and the batch-norm, activation and residual kernels around them read and
 write NHWC, iterating in storage order (``GraphLowering.realize``), with no transposes between.
 
-The region grows from the convolutions: their results, the computed values they read (input,
-weight, a backward's incoming gradient), then every 4-D elementwise/reduction call that reads a
-region value or feeds one of the same shape, to a fixed point. Never in the region: values an
-output the caller sees may share storage with (outputs keep eager's strides; ``free_outputs``
-names outputs whose layout the caller leaves to us, e.g. activations saved for a backward), views
-(they follow their base), values an ``as_strided`` or another storage-reading op may see, and
-graphs with size symbols. Layout changes only strides, never values: every extern result is
-still checked against the layout it was compiled for and copied if a library returns another.
+The region grows from the convolutions: their results (a backward's input and weight gradients),
+the computed values they read (input, weight, a backward's incoming gradient), then every 4-D
+elementwise/reduction call that reads a region value or feeds one of the same shape, to a fixed
+point. Never in the region: values an output the caller sees may share storage with (outputs keep
+eager's strides; ``free_outputs`` names outputs whose layout the caller leaves to us, e.g.
+activations saved for a backward), views (they follow their base), values an ``as_strided`` or
+another storage-reading op may see, and graphs with size symbols. Layout changes only strides,
+never values: every extern result is still checked against the layout it was compiled for and
+copied if a library returns another.
 """
 
 from __future__ import annotations
@@ -110,8 +111,11 @@ def region(graph: tc_ir.Graph, free_outputs: tuple = ()) -> set[Node]:
         elif node.target is CONV_BACKWARD:
             for i in _CONV_OPERANDS[node.target]:
                 add(node.args[i])
-            for user in node.users:  # grad_input = result[0]
-                if user.target is _getitem() and user.args[1] == 0:
+            # grad_input = result[0], grad_weight = result[1]: cuDNN returns both channels-last
+            # for channels-last operands, so a weight gradient expected contiguous was copied
+            # (a kernel and a host call) after every 3x3 convolution's backward
+            for user in node.users:
+                if user.target is _getitem() and user.args[1] in (0, 1):
                     add(user)
     while pending:
         node = pending.pop()

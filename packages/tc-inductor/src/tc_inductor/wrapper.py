@@ -132,7 +132,7 @@ def _prologue(lowered: LoweredGraph, layouts: dict, guarded: frozenset) -> list[
         if inp.name in layouts and position not in guarded:
             shape, stride, _, _ = layouts[inp.name]
             # the common case (the compiled layout) costs two tuple compares, no call
-            checks.append(f"if {inp.name}.stride() != {_tup(stride)} or {inp.name}.shape != {_tup(shape)}:")
+            checks.append(f"if {_not_laid_out(inp.name, shape, stride)}:")
             want = f", {_shape_text(shape)!r}" if any(isinstance(d, sympy.Expr) for d in shape) else ""
             checks.append(f"    {inp.name} = _layout({inp.name}, {_tup(shape)}, {_tup(stride)}{want})")
             checked.append(inp.name)
@@ -289,8 +289,24 @@ def _checked_layout(name: str, value: str, out: BufferValue) -> list[str]:
     first = [] if name == value else [f"{name} = {value}"]
     # Vendor kernels may return None where their meta kernel promises a tensor (cuDNN attention's
     # optional outputs on CUDA): nothing to lay out then.
-    return first + [f"if {name} is not None and ({name}.stride() != {stride} or {name}.shape != {shape}):",
+    return first + [f"if {name} is not None and ({_not_laid_out(name, out.shape, out.stride)}):",
                     f"    {name} = _layout({name}, {shape}, {stride})"]
+
+
+def _not_laid_out(name: str, shape: tuple, stride: tuple) -> str:
+    """The test that ``name`` is not in the layout compiled for: another shape, or another stride
+    on a dim of size > 1. A size-1 dim's stride never moves an index, and libraries set it freely
+    (cuDNN's weight gradient of a 1x1 convolution): comparing it sent such results through
+    ``_layout`` on every call, to be returned unchanged. The common case costs one or two tuple
+    compares; the shape comes first, so the strides are read only at the compiled rank."""
+    kept = [i for i, n in enumerate(shape) if not (isinstance(n, int) and n == 1)]
+    if len(kept) == len(shape):
+        return f"{name}.stride() != {_tup(stride)} or {name}.shape != {_tup(shape)}"
+    test = f"{name}.shape != {_tup(shape)}"
+    if kept:
+        test += f" or (_st := {name}.stride())[{kept[0]}] != {py_expr(stride[kept[0]])}"
+        test += "".join(f" or _st[{i}] != {py_expr(stride[i])}" for i in kept[1:])
+    return test
 
 
 def _layouts(lowered: LoweredGraph) -> dict:
