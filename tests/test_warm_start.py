@@ -1,6 +1,6 @@
 """A warm start: a fresh process with a warm ``TC_CACHE_DIR`` reads tc_autograd's traced graphs
 back from the artifact store (and the inductor its compiled graphs) instead of tracing again:
-no trace, no lowering, no C++ compiler run, no DAG built (networkx never imported), and its
+no trace, no lowering, no C++ compiler run, no networkx imported (no compile step uses it), and its
 results still equal eager's, BatchNorm buffer updates and dropout included."""
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def run(cache: Path, act: str = "relu") -> dict:  # the model with this activati
 def test_fresh_process_reads_traced_graphs_back_and_matches_eager(tmp_path):
     cold = run(tmp_path)
     assert cold["kinds"]["aot_trace"] == 2  # one inference and one training variant
-    assert cold["traces"] == 2 and cold["lowerings"] >= 3 and cold["networkx"], cold
+    assert cold["traces"] == 2 and cold["lowerings"] >= 3, cold
     warm = run(tmp_path)
     assert warm["kinds"] == cold["kinds"], "a warm process adds no entries"
     assert warm["misses"] == 0 and warm["hits"] >= 2 + cold["kinds"]["inductor_graph"]

@@ -4,12 +4,14 @@ A kernel iterates ``x`` (kept dims) by ``r`` (reduced dims). A buffer joins a ke
 iteration space fits (a pointwise buffer over ``x + r`` runs inside the reduction loop, one over
 ``x`` after it), every read of a buffer of that kernel is of the element the same iteration
 wrote (so the value is used directly, never re-read from memory), and the joint DAG stays
-acyclic (networkx). Buffers read only inside their kernel are never stored.
+acyclic. Buffers read only inside their kernel are never stored.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import heapq
+from collections.abc import Iterable
+from typing import Any
 
 import attrs
 import sympy
@@ -22,9 +24,6 @@ from .graph_lowering import LoweredGraph
 from .ir import BufferValue, ComputedBuffer, ExternCall
 from .kir import Ops, UOp
 from .symbolic import size_symbols
-
-if TYPE_CHECKING:
-    import networkx as nx
 
 log = tc_ir.logs.get_logger("fusion")
 
@@ -44,7 +43,7 @@ class Group:
     device: Any
     closed: bool = False
 
-    def __repr__(self) -> str:  # short: networkx formats it into every has_path it answers no
+    def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.id}: {len(self.members)} buffers, x={list(self.x)} r={list(self.r)}>"
 
     def key_of(self, buf: ComputedBuffer) -> tuple | None:
@@ -61,6 +60,60 @@ class Group:
         if self.r:
             return (self.x, self.r) if s in (self.x + self.r, self.x) else None
         return (self.x, self.r) if s == self.x else None
+
+
+class Dag:
+    """The steps' dependency DAG: an edge from each step to the steps that read what it wrote.
+    Plain dicts: networkx cost ~0.16 s of CPU to import in each compiling process, and more in
+    its ``has_path`` per fusion candidate."""
+
+    def __init__(self) -> None:
+        self.users: dict[Any, dict[Any, None]] = {}  # step -> the steps after it (an ordered set)
+
+    def add_node(self, step: Any) -> None:
+        self.users.setdefault(step, {})
+
+    def add_edge(self, step: Any, user: Any) -> None:
+        self.add_node(user)
+        self.users.setdefault(step, {})[user] = None
+
+    def add_edges_from(self, edges: Iterable[tuple[Any, Any]]) -> None:
+        for step, user in edges:
+            self.add_edge(step, user)
+
+    def has_path(self, source: Any, target: Any) -> bool:
+        seen, todo = {source}, [source]
+        while todo:
+            step = todo.pop()
+            if step is target:
+                return True
+            for user in self.users[step]:
+                if user not in seen:
+                    seen.add(user)
+                    todo.append(user)
+        return False
+
+    def topological_order(self, first: list) -> list:
+        """Every step after those it reads, the earliest in ``first`` (all the steps) whenever
+        several are ready: Kahn's algorithm with a heap of positions in ``first``."""
+        position = {step: i for i, step in enumerate(first)}
+        waiting = dict.fromkeys(self.users, 0)  # step -> how many steps before it are not placed
+        for users in self.users.values():
+            for user in users:
+                waiting[user] += 1
+        ready = [position[step] for step, n in waiting.items() if n == 0]
+        heapq.heapify(ready)
+        placed = []
+        while ready:
+            step = first[heapq.heappop(ready)]
+            placed.append(step)
+            for user in self.users[step]:
+                waiting[user] -= 1
+                if waiting[user] == 0:
+                    heapq.heappush(ready, position[user])
+        if len(placed) != len(self.users):
+            raise AssertionError("tc_inductor: the schedule's dependency graph has a cycle")
+        return placed
 
 
 @attrs.define
@@ -97,11 +150,8 @@ def _extern_output_names(step: ExternCall) -> set[str]:
 
 
 def schedule(lowered: LoweredGraph, options: dict) -> Schedule:
-    # imported here: networkx costs ~0.2 s of CPU and only a compile needs it (warm starts skip it)
-    import networkx as nx
-
     steps = dead_code(lowered)
-    dag = nx.DiGraph()
+    dag = Dag()
     writer: dict[str, Any] = {}  # buffer name -> Group | ExternCall
     reads: dict[str, set[str]] = {}
     order: list = []
@@ -125,13 +175,13 @@ def schedule(lowered: LoweredGraph, options: dict) -> Schedule:
         writer[step.name] = group
         dag.add_edges_from((p, group) for p in producers if p is not group)
     stored = _stored_buffers(order, reads, lowered.output_buffers)
-    run_order = list(nx.lexicographical_topological_sort(dag, key=lambda s: order.index(s)))
+    run_order = dag.topological_order(order)
     for line in decisions:
         log.debug("%s", line)
     return Schedule(run_order, stored, decisions)
 
 
-def _add_extern(dag: nx.DiGraph, step: ExternCall, producers: set, order: list, writer: dict) -> None:
+def _add_extern(dag: Dag, step: ExternCall, producers: set, order: list, writer: dict) -> None:
     dag.add_node(step)
     dag.add_edges_from((p, step) for p in producers)
     if step.mutates:  # a barrier: everything before runs first, nothing fuses across it
@@ -149,7 +199,7 @@ def _add_extern(dag: nx.DiGraph, step: ExternCall, producers: set, order: list, 
         writer[name] = step
 
 
-def _choose_group(dag: nx.DiGraph, buf: ComputedBuffer, producers: set, order: list, decisions: list,
+def _choose_group(dag: Dag, buf: ComputedBuffer, producers: set, order: list, decisions: list,
                   reads: dict, writer: dict) -> Group | None:
     barrier = [p for p in order if getattr(p, "barrier_after", False)]
     if barrier:
@@ -174,11 +224,9 @@ def _choose_group(dag: nx.DiGraph, buf: ComputedBuffer, producers: set, order: l
     return None
 
 
-def _illegal(dag: nx.DiGraph, group: Group, buf: ComputedBuffer, producers: set, key: tuple) -> str | None:
-    import networkx as nx  # loaded by schedule() already (see there)
-
+def _illegal(dag: Dag, group: Group, buf: ComputedBuffer, producers: set, key: tuple) -> str | None:
     for p in producers:
-        if p is not group and nx.has_path(dag, group, p):
+        if p is not group and dag.has_path(group, p):
             return f"would create a cycle through {getattr(p, 'name', None) or f'kernel {p.id}'}"
     members = {m.name: m for m in group.members}
     x, r = key
