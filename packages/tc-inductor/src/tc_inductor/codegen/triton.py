@@ -129,13 +129,7 @@ class TritonKernelWriter:
         k = self.kernel  # over symbolic sizes too: no int64 division and modulo per element
         if k.is_reduction or not k.xranges:
             return None
-        xs = kir.xvars(len(k.xranges))
-        expr = sympy.sympify(expr).subs({x: 0 for x, n in zip(xs, k.xranges) if n == 1})
-        flat = sum((x * math.prod(k.xranges[i + 1:]) for i, x in enumerate(xs)), sympy.Integer(0))
-        rest = sympy.expand(expr - flat)
-        if rest.free_symbols or not rest.is_Integer:
-            return None
-        return "xindex" if rest == 0 else f"xindex + {int(rest)}"
+        return _flat_offset(expr, tuple(k.xranges))
 
     def mask_of(self, scope: Scope, base: str | None) -> str | None:
         masks, s = [], scope
@@ -631,6 +625,17 @@ def _indices(kernel: kir.Kernel):
                     yield u.arg[1]
                 elif u.op is Ops.INDEX:  # computed in the index dtype before widening to int64
                     yield u.arg
+
+
+@functools.lru_cache(maxsize=8192)  # each layer of a model asks again for the same ones
+def _flat_offset(expr: sympy.Expr, xranges: tuple) -> str | None:
+    xs = kir.xvars(len(xranges))
+    expr = sympy.sympify(expr).subs({x: 0 for x, n in zip(xs, xranges) if n == 1})
+    flat = sum((x * math.prod(xranges[i + 1:]) for i, x in enumerate(xs)), sympy.Integer(0))
+    rest = sympy.expand(expr - flat)
+    if rest.free_symbols or not rest.is_Integer:
+        return None
+    return "xindex" if rest == 0 else f"xindex + {int(rest)}"
 
 
 def index_bound(expr: sympy.Expr, ranges: dict) -> int | None:
