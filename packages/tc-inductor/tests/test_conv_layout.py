@@ -286,12 +286,10 @@ def _autocast_conv(g, x, w):
     return g.call(F.relu, g.call(aten._to_copy.default, y, kwargs={"dtype": torch.float32}))
 
 
-def test_weight_gradient_is_expected_channels_last():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_weight_gradient_is_expected_channels_last(backend):
     """A 3x3 weight's gradient from an NHWC ``convolution_backward`` is compiled for NHWC strides
-    (cuDNN returns it so): expected contiguous, it was copied after every backward on the GPU.
-    (C++ back end only: Triton 3.6's interpreter truncates float32 to bfloat16 where the GPU
-    rounds to nearest, so its bf16 values differ from eager's by an ulp, and a ReLU mask with them.)"""
-    backend = "cpp"
+    (cuDNN returns it so): expected contiguous, it was copied after every backward on the GPU."""
     g = _graph(_autocast_conv, [("x", _spec(2, 8, 6, 6)), ("w", _spec(8, 8, 3, 3))])
     compiled: list = []
     f = _aot(g, _train_inputs(g, ()), backend, "always", compiled)

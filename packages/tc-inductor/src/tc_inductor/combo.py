@@ -165,7 +165,7 @@ def _triton(step: ComboGroup, inputs: list, outputs: list) -> tuple[str, dict, i
     parts = "".join("@triton.jit\n" + text.replace("def part(", f"def {name}(", 1) + "\n\n" for text, name in helpers.items())
     digest = hashlib.sha256((parts + body).encode()).hexdigest()[:6]
     body = body.replace("def kernel(", f"def tc_combo{len(step.kernels)}_{digest}(", 1)
-    source = triton_codegen.HEADER + parts + "@triton.jit\n" + body
+    source = triton_codegen.HEADER + triton_codegen.bf16_helper(parts, interpret) + parts + "@triton.jit\n" + body
     warmup = None if interpret else {
         "pointers": [str(dt).removeprefix("torch.") for _, dt in inputs + outputs], "ints": [],
         "device": torch.device(step.device).index or 0}

@@ -175,10 +175,17 @@ class TritonKernelWriter:
         if op in kir.GroupOp.Random:  # Philox4x32-10, as the C++ backend's tc_rand / tc_randn
             return f"tl.{op.name.lower()}({args[0]}, {args[1]})"
         if op is Ops.CAST:
-            return f"({args[0]} != 0)" if u.dtype == torch.bool else f"{args[0]}.to({TL[u.dtype]})"
+            return f"({args[0]} != 0)" if u.dtype == torch.bool else self.cast(args[0], u.dtype)
         if op is Ops.WHERE:
             return f"tl.where({args[0]}, {args[1]}, {args[2]})"
         return self.math(u, args)
+
+    def cast(self, value: str, dtype: torch.dtype) -> str:
+        """``value`` converted to ``dtype``; to bfloat16 under the interpreter by ``_tc_bf16``
+        (``BF16_INTERPRETED``), which rounds as the GPU does."""
+        if self.interpret and dtype == torch.bfloat16:
+            return f"_tc_bf16({value})"
+        return f"{value}.to({TL[dtype]})"
 
     def math(self, u: UOp, args: list) -> str:
         op, src = u.op, u.src[0].dtype
@@ -270,7 +277,7 @@ class TritonKernelWriter:
         self.shape = shape
         v = self.emitter.value(s.value, scope, lines)
         if s.dtype in kir.LOW_PRECISION or s.value.dtype != s.dtype:
-            v = f"{v}.to({TL[s.dtype]})"
+            v = self.cast(v, s.dtype)
         masked = f", {mask}" if mask else ""
         lines.append(f"tl.store({self.params[s.buffer]} + ({self.index(s.index, [])}), "
                      f"{_broadcast(v, s.value, s.dtype, shape)}{masked})")
@@ -505,6 +512,23 @@ def _tc_nan_reduce(a, axis, reduce):
 
 
 '''
+# Triton 3.6's interpreter truncates float32 to bfloat16 (its cast ignores the rounding mode); the
+# GPU, like torch, rounds to the nearest even: done here on the bits, NaN kept quiet.
+BF16_INTERPRETED = '''def _tc_bf16(x):
+    x = x.to(tl.float32)
+    bits = x.to(tl.uint32, bitcast=True)
+    bits = tl.where(x != x, bits | 0x400000, bits + 0x7FFF + ((bits >> 16) & 1))
+    return (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+
+
+'''
+
+
+def bf16_helper(text: str, interpret: bool) -> str:
+    """The source of ``_tc_bf16`` where a kernel text under the interpreter calls it."""
+    return BF16_INTERPRETED if interpret and "_tc_bf16(" in text else ""
+
+
 # A data-dependent index checked against its dim's size, negative ones wrapped first when the op
 # wraps them. On the GPU a device-side assert (as eager's CUDA kernels and torch.compile): the
 # CUDA context reports it at the next synchronisation.
@@ -794,7 +818,7 @@ class TritonBackend:
             deco = writer.decorator()
         checks = "" if not kir.has_index_checks(kernel) else CHECK_INTERPRETED if interpret else CHECK_GPU
         nan = "" if not _float_compare_reductions(kernel) else NAN_INTERPRETED if interpret else NAN_GPU
-        return HEADER + checks + nan + deco + text
+        return HEADER + checks + nan + bf16_helper(text, interpret) + deco + text
 
     def metadata(self, kernel: kir.Kernel, options: Any, device: Any) -> dict:
         interpret = _interpreting(device)

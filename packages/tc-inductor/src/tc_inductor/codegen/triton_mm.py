@@ -37,7 +37,7 @@ from ..kir import Ops, UOp
 from ..scheduler import Group, Schedule, build_kernel, reads_of
 from .common import Scope
 from .registry import register_backend
-from .triton import INT32_LIMIT, TritonKernelWriter, next_pow2
+from .triton import INT32_LIMIT, TritonKernelWriter, bf16_helper, next_pow2
 
 aten = torch.ops.aten
 log = tc_ir.logs.get_logger("fusion")
@@ -278,7 +278,7 @@ def generate(group: TemplateGroup, kernel: kir.Kernel, device: Any) -> str:
             + "".join(f"    {line}\n" for line in body.splitlines() + [f"xmask = {mask}"] + lines))
     digest = hashlib.sha256(text.encode()).hexdigest()[:6]
     name = f"tc_mm_{_op_name(extern)}_{digest}"
-    return HEADER + writer.decorator() + text.replace("def kernel(", f"def {name}(", 1)
+    return HEADER + bf16_helper(text, interpret) + writer.decorator() + text.replace("def kernel(", f"def {name}(", 1)
 
 
 HEADER = '''import triton
