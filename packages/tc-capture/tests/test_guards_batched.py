@@ -125,3 +125,45 @@ def test_optimizer_state_read_once_still_sees_each_change(change):
             torch.testing.assert_close(p, r)
         for p, r in zip(params, ref):
             torch.testing.assert_close(opt.state[p]["momentum_buffer"], ref_opt.state[r]["momentum_buffer"])
+
+
+def _batch_results(compiled) -> list[bool]:
+    """Spy on the batched check of every entry: what each ``_TG.check`` returned."""
+    from tc_capture.cache import frame_cache
+
+    results = []
+    for cache in list(frame_cache.ALL_CACHES):
+        for entries in cache.entries.values():
+            for entry in entries:
+                scope = entry.guard.__globals__
+                if "_TG" in scope:
+                    real = scope["_TG"]
+
+                    class Spy:
+                        def check(self, *ts, _real=real):
+                            results.append(_real.check(*ts))
+                            return results[-1]
+                    scope["_TG"] = Spy()
+    return results
+
+
+def _tied(tensors, scale):
+    return [t * scale for t in tensors] + [tensors[0] + tensors[-1]]
+
+
+def test_one_tensor_read_through_two_sources_stays_in_the_batch_once():
+    # Tied weights: TensorGuards' check fails whenever one tensor is passed twice, so with the
+    # duplicate in the batch every call fell back to checking each tensor by itself.
+    be = counting_backend()
+    compiled = tc_capture.optimize(be)(_tied)
+    ts = _inputs()
+    tied = ts + [ts[0]]
+    tree_close(_tied(tied, 2.0), compiled(tied, 2.0))
+    results = _batch_results(compiled)
+    tree_close(_tied(tied, 2.0), compiled(tied, 2.0))
+    assert results == [True]
+    # untied (same metadata, another tensor), and untied with other metadata: still eager's answers
+    for last in (torch.randn(3, 4), torch.randn(4, 3).t()):
+        untied = ts + [last]
+        tree_close(_tied(untied, 2.0), compiled(untied, 2.0))
+    assert len(be.graphs) <= 3

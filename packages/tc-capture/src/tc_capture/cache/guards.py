@@ -415,14 +415,26 @@ def _batched_check(batch: list[tuple], scope: dict) -> list[str]:
     ``TensorGuards`` (also its dispatch keys: stricter). It is a sufficient condition only: where
     it fails (another dispatch key, such as a conjugate view, or thread-local dispatch state other
     than when it was built), each tensor's own condition decides, as without the batch. An
-    optimizer step's guards read hundreds of tensors; their checks were most of its cache hit."""
-    if len(batch) < _BATCH_MIN:
+    optimizer step's guards read hundreds of tensors; their checks were most of its cache hit.
+
+    ``TensorGuards.check`` fails whenever one tensor object is passed twice, so a tensor read
+    through two sources (tied weights: GPT-2's ``lm_head.weight`` is ``wte.weight``) is batched
+    under its first source only; its other reads are checked on their own, on every call. With
+    the duplicate in the batch, the batch failed on every call and all its tensors were checked
+    one by one."""
+    seen: set[int] = set()
+    batched, alone = [], []
+    for item in batch:
+        (alone if id(item[3]) in seen else batched).append(item)
+        seen.add(id(item[3]))
+    if len(batched) < _BATCH_MIN:
         return [f"      if not ({rest}): return False" for _, _, rest, _ in batch]
-    values = [t for *_, t in batch]
+    values = [t for *_, t in batched]
     scope["_TG"] = TensorGuards(*values, dynamic_dims_sizes=[list(t.shape) for t in values],
                                 dynamic_dims_strides=[list(t.stride()) for t in values])
-    names = ", ".join(e for e, *_ in batch)
-    return [f"      if not _TG.check({names}):"] + [f"        if not ({rest}): return False" for _, _, rest, _ in batch]
+    names = ", ".join(e for e, *_ in batched)
+    return ([f"      if not _TG.check({names}):"] + [f"        if not ({rest}): return False" for _, _, rest, _ in batched]
+            + [f"      if not ({rest}): return False" for _, _, rest, _ in alone])
 
 
 _BATCH_MIN = 4  # below this, the one C++ call saves less than it costs
