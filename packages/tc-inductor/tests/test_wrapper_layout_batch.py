@@ -75,3 +75,21 @@ def test_few_inputs_keep_their_own_checks():
     inputs = _inputs()[:2]
     k = _compile(inputs)
     assert "_lb.check(" not in k.source and "in0.stride()" in k.source
+
+
+def test_one_tensor_at_two_inputs_still_passes_the_batch():
+    # Tied weights: TensorGuards' check fails whenever one tensor is passed twice, so the batch
+    # holds the first position only and the other is checked by identity.
+    inputs = _inputs()
+    k = _compile(inputs)
+    tied = _inputs()
+    tied[4] = tied[1]
+    assert_same(k(*tied), tc_ir.interpret(_graph(inputs), tied))
+    assert _batch(k).check(*tied)
+    untied = list(tied)
+    untied[4] = tied[1].clone()  # same layout, another tensor: the per-input checks decide
+    assert not _batch(k).check(*untied)
+    assert_same(k(*untied), tc_ir.interpret(_graph(inputs), untied))
+    untied[4] = torch.randn(6, 4).t()
+    assert_same(k(*untied), tc_ir.interpret(_graph(inputs), untied))
+    assert_same(k(*tied), tc_ir.interpret(_graph(inputs), tied))

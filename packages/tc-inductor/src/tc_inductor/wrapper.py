@@ -7,6 +7,8 @@ Buffers freed after their last use are reused by later allocations of the same l
 from __future__ import annotations
 
 import math
+import operator
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -147,21 +149,45 @@ class LayoutBatch:
     one call of torch's C++ ``TensorGuards``: built from the inputs of the first call once they
     passed the checks (or were laid out), so passing it means the same sizes and strides, where
     each check passes too. It also compares type, dtype, device, ``requires_grad`` and dispatch
-    keys: where any differs, the per-input checks run as without it."""
+    keys: where any differs, the per-input checks run as without it.
+
+    ``TensorGuards.check`` fails whenever one tensor is passed twice, so an input that was, when
+    learned, the same tensor as an earlier one (tied weights: GPT-2's ``lm_head.weight`` is
+    ``wte.weight``) is left out of it and checked by identity with that earlier input instead.
+    With it in, the batch failed on every call."""
 
     MIN = 4  # below this, the one C++ call saves less than it costs
-    __slots__ = ("guards", "learned")
+    __slots__ = ("guards", "learned", "repeats", "pick")
 
     def __init__(self):
         self.guards, self.learned = None, False
+        self.repeats: tuple[tuple[int, int], ...] = ()  # (position, the earlier position it repeats)
+        self.pick: Callable | None = None  # the positions the batch checks, where some repeat
 
     def check(self, *tensors: torch.Tensor) -> bool:
-        return self.guards is not None and self.guards.check(*tensors)
+        if self.guards is None:
+            return False
+        for i, j in self.repeats:
+            if tensors[i] is not tensors[j]:
+                return False
+        return self.guards.check(*(self.pick(tensors) if self.pick else tensors))
 
     def learn(self, *tensors: torch.Tensor) -> None:
         if self.learned:
             return
         self.learned = True
+        first: dict[int, int] = {}  # id of a tensor -> the first position it is at
+        for i, t in enumerate(tensors):
+            j = first.setdefault(id(t), i)
+            if j != i:
+                self.repeats += ((i, j),)
+        repeated = {i for i, _ in self.repeats}
+        keep = [i for i in range(len(tensors)) if i not in repeated]
+        if len(keep) < 2:
+            return
+        if repeated:
+            self.pick = operator.itemgetter(*keep)
+            tensors = self.pick(tensors)
         try:
             self.guards = TensorGuards(*tensors, dynamic_dims_sizes=[list(t.shape) for t in tensors],
                                        dynamic_dims_strides=[list(t.stride()) for t in tensors])

@@ -419,14 +419,17 @@ def _batched_check(batch: list[tuple], scope: dict) -> list[str]:
 
     ``TensorGuards.check`` fails whenever one tensor object is passed twice, so a tensor read
     through two sources (tied weights: GPT-2's ``lm_head.weight`` is ``wte.weight``) is batched
-    under its first source only; its other reads are checked on their own, on every call. With
-    the duplicate in the batch, the batch failed on every call and all its tensors were checked
-    one by one."""
-    seen: set[int] = set()
-    batched, alone = [], []
+    under its first source only; each other read passes if it is still that tensor, else by its
+    own condition. With the duplicate in the batch, the batch failed on every call and all its
+    tensors were checked one by one."""
+    first: dict[int, str] = {}  # id of a captured tensor -> the local its first source is bound to
+    batched, repeated = [], []
     for item in batch:
-        (alone if id(item[3]) in seen else batched).append(item)
-        seen.add(id(item[3]))
+        e, t = item[0], item[3]
+        if first.setdefault(id(t), e) == e:
+            batched.append(item)
+        else:
+            repeated.append((first[id(t)], item))
     if len(batched) < _BATCH_MIN:
         return [f"      if not ({rest}): return False" for _, _, rest, _ in batch]
     values = [t for *_, t in batched]
@@ -434,7 +437,7 @@ def _batched_check(batch: list[tuple], scope: dict) -> list[str]:
                                 dynamic_dims_strides=[list(t.stride()) for t in values])
     names = ", ".join(e for e, *_ in batched)
     return ([f"      if not _TG.check({names}):"] + [f"        if not ({rest}): return False" for _, _, rest, _ in batched]
-            + [f"      if not ({rest}): return False" for _, _, rest, _ in alone])
+            + [f"      if not ({e} is {same} or {rest}): return False" for same, (e, _, rest, _) in repeated])
 
 
 _BATCH_MIN = 4  # below this, the one C++ call saves less than it costs
