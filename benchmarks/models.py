@@ -13,6 +13,12 @@ steady-state steps and of the first call, and a check against eager of the outpu
 training, of the first step's gradients. The table is printed last, with a JSON file and a PNG
 bar chart of speedups beside it.
 
+Timed in interleaved rounds: the cells of one (model, task) are compiled one after another, then
+all wait, warm, while each times ``--steps`` steps in turn, ``--rounds`` times (the order rotated
+each round); a cell's time is the median of all its steps. The GPU host's CPU speed drifts by
+20-40% within a minute (a pure-Python loop, timed between cells of one run), and these steps are
+bound by the host: timed one cell after another, a ratio measured the drift as much as the code.
+
     python benchmarks/models.py                      # every cell (CPU: small sizes)
     python benchmarks/models.py --models gpt2 --tasks infer --variants eager,tc
     python benchmarks/models.py --models bert --shapes bert=32x512   # batch x sequence
@@ -196,9 +202,12 @@ class Timer:
 WARM_STEPS, WARM_SECONDS, WARM_MAX_STEPS = 3, 2.0, 500
 
 
-def _warm_up(step: Callable, timer: Timer) -> None:
+REWARM_SECONDS = 0.3  # before each round
+
+
+def _warm_up(step: Callable, timer: Timer, seconds: float = WARM_SECONDS) -> None:
     start, done = time.perf_counter(), 0
-    while done < WARM_MAX_STEPS and (done < WARM_STEPS or time.perf_counter() - start < WARM_SECONDS):
+    while done < WARM_MAX_STEPS and (done < WARM_STEPS or time.perf_counter() - start < seconds):
         step()
         done += 1
     timer.sync()
@@ -266,43 +275,59 @@ def _compile_step(variant: str, opt: torch.optim.Optimizer) -> Callable:
     return tc.compile(opt.step, mode=mode)
 
 
-def run_cell(name: str, task: str, variant: str, base: torch.nn.Module, make_inputs: Callable,
-             device: str, steps: int) -> dict:
-    """One cell, in this process: the row, plus ``check`` data (outputs, gradients) for the parent."""
-    model = copy.deepcopy(base).to(device)
-    model.train(task == "train")
-    if task == "infer":
-        for m in model.modules():  # dropout off, so outputs are comparable
-            m.eval()
-    torch.manual_seed(0)
-    inputs = make_inputs(device)
-    timer = Timer(device)
-    fn = _wrap(variant, model)
-    step, _ = _step_fn(task, fn, model, inputs, device, variant if COMPILE_OPTIMIZER else None)
-    _reset_peak(device)
-    timer.sync()
-    t0 = time.perf_counter()
-    first = step()
-    timer.sync()
-    first_call = time.perf_counter() - t0
-    peak_first = _peak(device)
-    _warm_up(step, timer)
-    _reset_peak(device)
-    median = statistics.median(timer.time_steps(step, steps))
-    row = {"model": name, "task": task, "variant": variant, "median_s": median, "first_call_s": first_call,
-           "compiled_optimizer": COMPILE_OPTIMIZER and task == "train" and variant != "eager",
-           "peak_mem_gb": _peak(device), "peak_mem_first_gb": peak_first}
-    if variant.startswith("tc"):
-        row["warm_first_call_s"] = _warm_first_call(model, inputs, task, device, timer)
-    if task == "infer":
-        return {"row": row, "output": first.detach().float().cpu(), "grads": None}
-    del step, model, fn
-    output, grads = _training_check(variant, base, inputs, device)
-    cell = {"row": row, "output": output, "grads": grads}
-    if variant == "eager":  # the float32 reference training cells are also judged against
-        output, grads = _training_check(variant, base, inputs, device, dtype=None)
-        cell["fp32"] = {"output": output, "grads": grads}
-    return cell
+class Cell:
+    """One (model, task, variant) cell in this process: compiled and warm once made; ``time``
+    times steps (any number of rounds); ``finish`` gives the row, plus ``check`` data (outputs,
+    gradients) for the parent."""
+
+    def __init__(self, name: str, task: str, variant: str, base: torch.nn.Module, make_inputs: Callable,
+                 device: str):
+        self.name, self.task, self.variant, self.base, self.device = name, task, variant, base, device
+        model = copy.deepcopy(base).to(device)
+        model.train(task == "train")
+        if task == "infer":
+            for m in model.modules():  # dropout off, so outputs are comparable
+                m.eval()
+        torch.manual_seed(0)
+        self.model, self.inputs, self.timer = model, make_inputs(device), Timer(device)
+        self.fn = _wrap(variant, model)
+        self.step, _ = _step_fn(task, self.fn, model, self.inputs, device, variant if COMPILE_OPTIMIZER else None)
+        _reset_peak(device)
+        self.timer.sync()
+        t0 = time.perf_counter()
+        self.first = self.step()
+        self.timer.sync()
+        self.first_call = time.perf_counter() - t0
+        self.peak_first = _peak(device)
+        _warm_up(self.step, self.timer)
+        _reset_peak(device)
+        self.times: list[float] = []
+
+    def time(self, steps: int) -> list[float]:
+        """``steps`` synchronised steps, after a short warm-up (the cell may have waited while
+        others were timed)."""
+        _warm_up(self.step, self.timer, REWARM_SECONDS)
+        times = self.timer.time_steps(self.step, steps)
+        self.times += times
+        return times
+
+    def finish(self) -> dict:
+        row = {"model": self.name, "task": self.task, "variant": self.variant,
+               "median_s": statistics.median(self.times), "timed_steps": len(self.times),
+               "first_call_s": self.first_call,
+               "compiled_optimizer": COMPILE_OPTIMIZER and self.task == "train" and self.variant != "eager",
+               "peak_mem_gb": _peak(self.device), "peak_mem_first_gb": self.peak_first}
+        if self.variant.startswith("tc"):
+            row["warm_first_call_s"] = _warm_first_call(self.model, self.inputs, self.task, self.device, self.timer)
+        if self.task == "infer":
+            return {"row": row, "output": self.first.detach().float().cpu(), "grads": None}
+        del self.step, self.model, self.fn
+        output, grads = _training_check(self.variant, self.base, self.inputs, self.device)
+        cell = {"row": row, "output": output, "grads": grads}
+        if self.variant == "eager":  # the float32 reference training cells are also judged against
+            output, grads = _training_check(self.variant, self.base, self.inputs, self.device, dtype=None)
+            cell["fp32"] = {"output": output, "grads": grads}
+        return cell
 
 
 def _training_check(variant: str, base: torch.nn.Module, inputs: tuple, device: str,
@@ -409,18 +434,20 @@ def check(cell: dict, reference: dict | None) -> str:
     return f"MISMATCH ({worst:.1e})"
 
 
-# ---- the whole table: one process per cell -----------------------------------------------------
+# ---- the whole table: one process per cell, timed in interleaved rounds --------------------------
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default=",".join(DEFAULT_MODELS), help=f"any of {', '.join(MODELS)}")
     parser.add_argument("--tasks", default=",".join(TASKS))
     parser.add_argument("--variants", default=",".join(VARIANTS))
-    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per cell and round")
+    parser.add_argument("--rounds", type=int, default=3, help="timing rounds, interleaved across a model's cells")
     parser.add_argument("--shapes", default="", help="per model, e.g. bert=32x512,resnet50=64")
     parser.add_argument("--out", default=os.environ.get("OUT", "bench_out"))
     parser.add_argument("--compile-optimizer", action="store_true",
                         help="training: compile opt.step with the variant's compiler and mode")
     parser.add_argument("--cell", help=argparse.SUPPRESS)  # internal: run one cell in this process
+    parser.add_argument("--ctl", help=argparse.SUPPRESS)  # internal: the cell's command pipes
     args = parser.parse_args()
     if args.cell:
         return _worker(args)
@@ -428,9 +455,17 @@ def main() -> None:
     rows = []
     for name in args.models.split(","):
         for task in args.tasks.split(","):
+            variants = args.variants.split(",")
+            # compiled one after another (first-call times are not shared with another compile)
+            workers = [_CellProcess(name, task, variant, args) for variant in variants]
+            for r in range(args.rounds):
+                live = [w for w in workers if w.ok]
+                first = r % max(len(live), 1)  # who goes first rotates
+                for w in live[first:] + live[:first]:
+                    w.command("time", "timed")
             reference = None
-            for variant in args.variants.split(","):
-                cell = _spawn(name, task, variant, args)
+            for variant, w in zip(variants, workers):
+                cell = w.finish()
                 row = cell["row"]
                 if "error" not in row:
                     row["check"] = check(cell, reference)
@@ -441,17 +476,48 @@ def main() -> None:
     report(rows, Path(args.out), device)
 
 
-def _spawn(name: str, task: str, variant: str, args: argparse.Namespace) -> dict:
-    """Run one cell in a fresh Python process; its result comes back through a file."""
-    with tempfile.TemporaryDirectory(prefix="cell-", dir=_CACHE_ROOT) as tmp:
-        result = Path(tmp) / "cell.pt"
+class _CellProcess:
+    """A cell in a fresh Python process, driven through a pair of pipes, one line per command and
+    reply: made (compiled, warm) here, then ``time`` (a round) and ``finish``, whose result comes
+    back through a file. ``ok`` turns False when the process failed (its file says why)."""
+
+    def __init__(self, name: str, task: str, variant: str, args: argparse.Namespace):
+        self.key = (name, task, variant)
+        self.result = Path(tempfile.mkdtemp(prefix="cell-", dir=_CACHE_ROOT)) / "cell.pt"
+        cmd_r, cmd_w = os.pipe()
+        reply_r, reply_w = os.pipe()
         cmd = [sys.executable, __file__, "--cell", f"{name},{task},{variant}", "--steps", str(args.steps),
-               "--shapes", args.shapes, "--out", str(result), *(["--compile-optimizer"] if args.compile_optimizer else [])]
-        proc = subprocess.run(cmd, env=dict(os.environ), check=False)
-        if proc.returncode != 0 or not result.exists():
+               "--shapes", args.shapes, "--out", str(self.result), "--ctl", f"{cmd_r},{reply_w}",
+               *(["--compile-optimizer"] if args.compile_optimizer else [])]
+        self.proc = subprocess.Popen(cmd, env=dict(os.environ), pass_fds=(cmd_r, reply_w))
+        os.close(cmd_r)
+        os.close(reply_w)
+        self.commands, self.replies = os.fdopen(cmd_w, "w", buffering=1), os.fdopen(reply_r)
+        self.ok = True
+        self._expect("ready")
+
+    def _expect(self, want: str) -> None:
+        self.ok = self.ok and self.replies.readline().strip() == want  # "" where the process died
+
+    def command(self, cmd: str, want: str) -> None:
+        try:
+            self.commands.write(cmd + "\n")
+        except BrokenPipeError:
+            self.ok = False
+            return
+        self._expect(want)
+
+    def finish(self) -> dict:
+        if self.ok:
+            self.command("finish", "done")
+        self.commands.close()
+        code = self.proc.wait()
+        self.replies.close()
+        if not self.result.exists():
+            name, task, variant = self.key
             return {"row": {"model": name, "task": task, "variant": variant,
-                            "error": f"cell process exited with {proc.returncode}"}}
-        return torch.load(result, weights_only=False)
+                            "error": f"cell process exited with {code}"}}
+        return torch.load(self.result, weights_only=False)
 
 
 def _worker(args: argparse.Namespace) -> None:
@@ -464,16 +530,33 @@ def _worker(args: argparse.Namespace) -> None:
         torch.backends.cudnn.allow_tf32 = True
     shapes = dict(item.split("=") for item in args.shapes.split(",") if item)
     shape = tuple(int(v) for v in shapes[name].split("x")) if name in shapes else None
+    cmd_r, reply_w = (int(fd) for fd in args.ctl.split(","))
+    commands, replies = os.fdopen(cmd_r), os.fdopen(reply_w, "w", buffering=1)
     torch.manual_seed(0)
+    reply = "ready"
     try:
         base, make_inputs = MODELS[name](device == "cpu", shape)
-        cell = run_cell(name, task, variant, base, make_inputs, device, args.steps)
+        cell = Cell(name, task, variant, base, make_inputs, device)
+        replies.write("ready\n")
+        for line in commands:
+            if line.strip() == "time":
+                reply = "timed"
+                cell.time(args.steps)
+                replies.write("timed\n")
+            else:
+                reply = "done"
+                result = cell.finish()
+                break
+        else:
+            return  # the parent went away
         # the point of a process per cell: tc's imports never touch another compiler's numbers
-        cell["row"]["tc_imported"] = "tc" in sys.modules
+        result["row"]["tc_imported"] = "tc" in sys.modules
     except Exception as e:
         traceback.print_exc()
-        cell = {"row": {"model": name, "task": task, "variant": variant, "error": f"{type(e).__name__}: {e}"}}
-    torch.save(cell, args.out)
+        result = {"row": {"model": name, "task": task, "variant": variant, "error": f"{type(e).__name__}: {e}"}}
+        reply = f"failed ({reply})"
+    torch.save(result, args.out)
+    replies.write(reply + "\n")
 
 
 def report(rows: list[dict], out: Path, device: str) -> None:
