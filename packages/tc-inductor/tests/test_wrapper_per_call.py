@@ -61,3 +61,43 @@ def test_extern_calls_skip_the_op_overload_wrapper():
     k = _compile(_inputs())
     externs = {n: v for n, v in k._fn.__globals__.items() if n.startswith("ext_")}
     assert externs and all(not isinstance(v, torch._ops.OpOverload) for v in externs.values())
+
+
+def test_vendor_kernel_externs_are_called_through_their_torch_function():
+    k = _compile(_inputs())
+    externs = {n: v for n, v in k._fn.__globals__.items() if n.startswith("ext_")}
+    assert torch._C._VariableFunctions.addmm in externs.values()
+
+
+def _bound_cases():
+    g = torch.Generator().manual_seed(0)
+
+    def r(*shape):
+        return torch.randn(*shape, generator=g)
+
+    q = r(2, 3, 8, 4)
+    return [
+        (aten.mm.default, (r(3, 5), r(5, 2)), {}),
+        (aten.bmm.default, (r(2, 3, 5), r(2, 5, 4)), {}),
+        (aten.addmm.default, (r(4), r(3, 5), r(5, 4)), {"beta": 0.5, "alpha": 2.0}),
+        (aten.addmm.default, (r(3, 4), r(3, 5), r(5, 4)), {}),
+        (aten.baddbmm.default, (r(2, 3, 4), r(2, 3, 5), r(2, 5, 4)), {"beta": 0.0, "alpha": 1.5}),
+        (aten.convolution.default, (r(1, 4, 6, 6), r(6, 2, 3, 3), r(6), [2, 1], [1, 0], [1, 2], False, [0, 0], 2), {}),
+        (aten.convolution.default, (r(1, 4, 5, 5), r(4, 3, 3, 3), None, [2, 2], [1, 1], [1, 1], True, [1, 1], 1), {}),
+        (aten.convolution.default, (r(2, 3, 7), r(5, 3, 2), r(5), [1], [0], [1], False, [0], 1), {}),
+        (aten._scaled_dot_product_flash_attention_for_cpu.default, (q, r(2, 3, 8, 4), r(2, 3, 8, 4)),
+         {"is_causal": True, "scale": 0.3}),
+        (aten._scaled_dot_product_flash_attention_for_cpu.default, (q, r(2, 3, 8, 4), r(2, 3, 8, 4), 0.0, False),
+         {"attn_mask": r(8, 8)}),
+    ]
+
+
+def test_a_bound_function_computes_its_overload():
+    # the function parses each argument list to the overload it replaces: same values, same outputs
+    from tc_inductor.compile import _direct_op
+
+    for op, args, kwargs in _bound_cases():
+        fast = _direct_op(op)
+        assert fast is not op._op, op
+        want, got = op(*args, **kwargs), fast(*args, **kwargs)
+        assert_same(got, want)
