@@ -22,7 +22,7 @@ import tc_ir
 from . import kir
 from .graph_lowering import LoweredGraph
 from .ir import BufferValue, ComputedBuffer, ExternCall
-from .kir import Ops, UOp
+from .kir import GroupOp, Ops, UOp
 from .symbolic import size_symbols
 
 log = tc_ir.logs.get_logger("fusion")
@@ -124,11 +124,15 @@ class Schedule:
 
 
 def reads_of(step: Any) -> set[str]:
+    return _reads_and_random(step)[0]
+
+
+def _reads_and_random(step: Any) -> tuple[set[str], bool]:
+    """The buffers ``step`` reads, and whether it draws random numbers."""
     if isinstance(step, ExternCall):
-        return {v.name for v in tc_ir.leaves((step.args, step.kwargs)) if isinstance(v, BufferValue)}
-    index = kir.xvars(len(step.shape))
-    rindex = kir.rvars(len(step.rranges))
-    return {u.arg[0] for u in step.body(index, rindex).toposort() if u.op is Ops.LOAD}
+        return {v.name for v in tc_ir.leaves((step.args, step.kwargs)) if isinstance(v, BufferValue)}, False
+    ops = step.body(kir.xvars(len(step.shape)), kir.rvars(len(step.rranges))).toposort()
+    return {u.arg[0] for u in ops if u.op is Ops.LOAD}, any(u.op in GroupOp.Random for u in ops)
 
 
 def dead_code(lowered: LoweredGraph) -> list:
@@ -156,16 +160,19 @@ def schedule(lowered: LoweredGraph, options: dict) -> Schedule:
     reads: dict[str, set[str]] = {}
     order: list = []
     decisions: list[str] = []
+    randoms: set[str] = set()  # buffers that draw random numbers
     fuse = options.get("fusion", True)
     for step in steps:
-        step_reads = reads_of(step)
+        step_reads, random = _reads_and_random(step)
         producers = {writer[b] for b in step_reads if b in writer}
         if isinstance(step, ExternCall):
             _add_extern(dag, step, producers, order, writer)
             reads[step.name] = step_reads
             continue
         reads[step.name] = step_reads
-        group = _choose_group(dag, step, producers, order, decisions, reads, writer) if fuse else None
+        if random:
+            randoms.add(step.name)
+        group = _choose_group(dag, step, producers, order, decisions, reads, writer, randoms) if fuse else None
         if group is None:
             group = Group(len(order), [], squeeze(step.shape) if not step.is_reduction else squeeze(step.shape),
                           squeeze(step.rranges) if step.is_reduction else (), step.device)
@@ -200,11 +207,16 @@ def _add_extern(dag: Dag, step: ExternCall, producers: set, order: list, writer:
 
 
 def _choose_group(dag: Dag, buf: ComputedBuffer, producers: set, order: list, decisions: list,
-                  reads: dict, writer: dict) -> Group | None:
+                  reads: dict, writer: dict, randoms: frozenset | set = frozenset()) -> Group | None:
+    """The open kernel ``buf`` joins: one that computes its inputs, else (horizontally) one of
+    its shape; one drawing random numbers only while the kernel draws fewer than
+    ``MAX_HORIZONTAL_DRAWS``."""
     barrier = [p for p in order if getattr(p, "barrier_after", False)]
     if barrier:
         producers = producers | {barrier[-1]}
-    candidates = [g for g in reversed(order) if isinstance(g, Group) and not g.closed]
+    candidates = [g for g in reversed(order) if isinstance(g, Group) and not g.closed and (
+        g in producers or buf.name not in randoms
+        or sum(m.name in randoms for m in g.members) < MAX_HORIZONTAL_DRAWS)]
     candidates.sort(key=lambda g: g not in producers)  # consumers of a kernel first, then horizontal
     for group in candidates:
         key = group.key_of(buf)
@@ -238,6 +250,12 @@ def _illegal(dag: Dag, group: Group, buf: ComputedBuffer, producers: set, key: t
                 return f"reads {m.name} at another element than the one this iteration computes"
     return None
 
+
+# Random draws a kernel takes from horizontal fusion. A dropout mask reads nothing but its seed,
+# so every mask of a forward could join one kernel: GPT-2's and BERT's training forwards on the
+# H100 drew 24 masks in their first kernel, whose 24 Philox generators took Triton 11-13 s to
+# compile (the whole cold compile waited on it), each mask made long before its layer used it.
+MAX_HORIZONTAL_DRAWS = 4
 
 # Buffer arguments of one fused kernel: an optimizer's same-shape parameters (74 of GPT-2's are
 # [768]) would otherwise make one kernel of ~600 pointers (CUDA passes kernel arguments in 4 KB);
