@@ -35,7 +35,6 @@ from .ir import ComputedBuffer
 from .scheduler import Group, Schedule, reads_of
 
 MAX_POINTERS = 256  # buffer arguments of one combined kernel (launch cost, compile time, CUDA's 4 KB)
-MAX_PARTS = 1 << 30  # parts of one combined kernel
 
 
 @attrs.define(eq=False, repr=False)
@@ -80,8 +79,7 @@ def combine(sched: Schedule, kernel_of: Callable[[Group], kir.Kernel], options: 
             continue
         reads = set().union(*(reads_of(m) for m in step.members))
         if run and (reads & written or str(step.device) != str(run[0][0].device)
-                    or _pointers([k for _, k in run if k is not None] + [kernel]) > MAX_POINTERS
-                    or sum(k is not None for _, k in run) >= MAX_PARTS):
+                    or _pointers([k for _, k in run if k is not None] + [kernel]) > MAX_POINTERS):
             flush()
         run.append((step, kernel))
         written.update(m.name for m in step.members)
