@@ -7,11 +7,12 @@ bf16 autocast) and training (forward, backward, AdamW step, bf16 autocast).
 Honest by construction: every (model, task, variant) cell runs in a process of its own, so
 ``tc`` is never imported where torch.compile or eager is measured (and no compiler's caches,
 patches or allocator state leak into another's cell). Per cell: median step time from CUDA
-events after warm-up, speedup over eager, first-call time (cold caches; and for tc with a warm
-artifact cache after ``tc.reset()``), peak memory (``torch.cuda.max_memory_allocated``) of the
-steady-state steps and of the first call, and a check against eager of the outputs and, when
-training, of the first step's gradients. The table is printed last, with a JSON file and a PNG
-bar chart of speedups beside it.
+events after warm-up, speedup over eager, first-call time (cold caches; for tc also the warm
+start: the first call of a fresh process whose caches the cell filled, ``import tc`` included,
+and ``warm_same_process_s``, again in the cell's process after ``tc.reset()``), peak memory
+(``torch.cuda.max_memory_allocated``) of the steady-state steps and of the first call, and a
+check against eager of the outputs and, when training, of the first step's gradients. The table
+is printed last, with a JSON file and a PNG bar chart of speedups beside it.
 
 Timed in interleaved rounds: the cells of one (model, task) are compiled one after another, then
 all wait, warm, while each times ``--steps`` steps in turn, ``--rounds`` times (the order rotated
@@ -317,8 +318,8 @@ class Cell:
                "first_call_s": self.first_call,
                "compiled_optimizer": COMPILE_OPTIMIZER and self.task == "train" and self.variant != "eager",
                "peak_mem_gb": _peak(self.device), "peak_mem_first_gb": self.peak_first}
-        if self.variant.startswith("tc"):
-            row["warm_first_call_s"] = _warm_first_call(self.model, self.inputs, self.task, self.device, self.timer)
+        if self.variant.startswith("tc"):  # (the parent measures it in a fresh process too)
+            row["warm_same_process_s"] = _warm_first_call(self.model, self.inputs, self.task, self.device, self.timer)
         if self.task == "infer":
             return {"row": row, "output": self.first.detach().float().cpu(), "grads": None}
         del self.step, self.model, self.fn
@@ -375,6 +376,8 @@ def _peak(device: str) -> float | None:
 
 
 def _warm_first_call(model: torch.nn.Module, inputs: tuple, task: str, device: str, timer: Timer) -> float:
+    """tc's first call again in this process, after ``tc.reset()``: the artifact cache warm, the
+    imports and everything else in memory already (``warm_same_process_s``)."""
     import tc
 
     tc.reset()
@@ -448,9 +451,12 @@ def main() -> None:
                         help="training: compile opt.step with the variant's compiler and mode")
     parser.add_argument("--cell", help=argparse.SUPPRESS)  # internal: run one cell in this process
     parser.add_argument("--ctl", help=argparse.SUPPRESS)  # internal: the cell's command pipes
+    parser.add_argument("--warm", help=argparse.SUPPRESS)  # internal: a warm first call in this process
     args = parser.parse_args()
     if args.cell:
         return _worker(args)
+    if args.warm:
+        return _warm_worker(args)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     rows = []
     for name in args.models.split(","):
@@ -467,6 +473,8 @@ def main() -> None:
             for variant, w in zip(variants, workers):
                 cell = w.finish()
                 row = cell["row"]
+                if "error" not in row and variant.startswith("tc"):
+                    row["warm_first_call_s"] = _warm_in_fresh_process(name, task, variant, args)
                 if "error" not in row:
                     row["check"] = check(cell, reference)
                     if variant == "eager":
@@ -518,6 +526,45 @@ class _CellProcess:
             return {"row": {"model": name, "task": task, "variant": variant,
                             "error": f"cell process exited with {code}"}}
         return torch.load(self.result, weights_only=False)
+
+
+def _warm_in_fresh_process(name: str, task: str, variant: str, args: argparse.Namespace) -> float | None:
+    """tc's warm start: the first call of a fresh process whose caches the cell's process filled
+    (the same ``TC_CACHE_DIR`` and ``TRITON_CACHE_DIR``), ``import tc`` included; None if it failed."""
+    with tempfile.TemporaryDirectory(prefix="warm-", dir=_CACHE_ROOT) as tmp:
+        result = Path(tmp) / "warm.json"
+        cmd = [sys.executable, __file__, "--warm", f"{name},{task},{variant}", "--shapes", args.shapes,
+               "--out", str(result), *(["--compile-optimizer"] if args.compile_optimizer else [])]
+        subprocess.run(cmd, env=dict(os.environ), check=False)
+        return json.loads(result.read_text())["warm_first_call_s"] if result.exists() else None
+
+
+def _warm_worker(args: argparse.Namespace) -> None:
+    """The process of :func:`_warm_in_fresh_process`: the model and inputs are made first (the
+    user pays for them without tc), then timed: ``import tc``, ``tc.compile``, the first step."""
+    global COMPILE_OPTIMIZER
+    COMPILE_OPTIMIZER = args.compile_optimizer
+    name, task, variant = args.warm.split(",")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    shapes = dict(item.split("=") for item in args.shapes.split(",") if item)
+    shape = tuple(int(v) for v in shapes[name].split("x")) if name in shapes else None
+    torch.manual_seed(0)
+    base, make_inputs = MODELS[name](device == "cpu", shape)
+    model = base.to(device).train(task == "train")
+    if task == "infer":
+        for m in model.modules():
+            m.eval()
+    inputs = make_inputs(device)
+    timer = Timer(device)
+    timer.sync()
+    t0 = time.perf_counter()
+    step, _ = _step_fn(task, _wrap(variant, model), model, inputs, device, variant if COMPILE_OPTIMIZER else None)
+    step()
+    timer.sync()
+    Path(args.out).write_text(json.dumps({"warm_first_call_s": time.perf_counter() - t0}))
 
 
 def _worker(args: argparse.Namespace) -> None:
