@@ -284,11 +284,7 @@ class Cell:
     def __init__(self, name: str, task: str, variant: str, base: torch.nn.Module, make_inputs: Callable,
                  device: str):
         self.name, self.task, self.variant, self.base, self.device = name, task, variant, base, device
-        model = copy.deepcopy(base).to(device)
-        model.train(task == "train")
-        if task == "infer":
-            for m in model.modules():  # dropout off, so outputs are comparable
-                m.eval()
+        model = _prepared(base, task, device)
         torch.manual_seed(0)
         self.model, self.inputs, self.timer = model, make_inputs(device), Timer(device)
         self.fn = _wrap(variant, model)
@@ -542,21 +538,9 @@ def _warm_in_fresh_process(name: str, task: str, variant: str, args: argparse.Na
 def _warm_worker(args: argparse.Namespace) -> None:
     """The process of :func:`_warm_in_fresh_process`: the model and inputs are made first (the
     user pays for them without tc), then timed: ``import tc``, ``tc.compile``, the first step."""
-    global COMPILE_OPTIMIZER
-    COMPILE_OPTIMIZER = args.compile_optimizer
-    name, task, variant = args.warm.split(",")
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    shapes = dict(item.split("=") for item in args.shapes.split(",") if item)
-    shape = tuple(int(v) for v in shapes[name].split("x")) if name in shapes else None
-    torch.manual_seed(0)
+    name, task, variant, device, shape = _child_setup(args, args.warm)
     base, make_inputs = MODELS[name](device == "cpu", shape)
-    model = base.to(device).train(task == "train")
-    if task == "infer":
-        for m in model.modules():
-            m.eval()
+    model = _prepared(base, task, device)
     inputs = make_inputs(device)
     timer = Timer(device)
     timer.sync()
@@ -567,19 +551,36 @@ def _warm_worker(args: argparse.Namespace) -> None:
     Path(args.out).write_text(json.dumps({"warm_first_call_s": time.perf_counter() - t0}))
 
 
-def _worker(args: argparse.Namespace) -> None:
+def _child_setup(args: argparse.Namespace, cell: str) -> tuple[str, str, str, str, tuple | None]:
+    """A cell's or warm start's process: (model, task, variant, device, shape) of ``cell``
+    ("model,task,variant"), with the run's settings applied (TF32, --compile-optimizer, the seed)."""
     global COMPILE_OPTIMIZER
     COMPILE_OPTIMIZER = args.compile_optimizer
-    name, task, variant = args.cell.split(",")
+    name, task, variant = cell.split(",")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     shapes = dict(item.split("=") for item in args.shapes.split(",") if item)
-    shape = tuple(int(v) for v in shapes[name].split("x")) if name in shapes else None
+    torch.manual_seed(0)
+    return name, task, variant, device, tuple(int(v) for v in shapes[name].split("x")) if name in shapes else None
+
+
+def _prepared(base: torch.nn.Module, task: str, device: str) -> torch.nn.Module:
+    """A copy of ``base`` on ``device`` in the task's mode (inference: every module in eval, so
+    dropout is off and outputs are comparable)."""
+    model = copy.deepcopy(base).to(device)
+    model.train(task == "train")
+    if task == "infer":
+        for m in model.modules():
+            m.eval()
+    return model
+
+
+def _worker(args: argparse.Namespace) -> None:
+    name, task, variant, device, shape = _child_setup(args, args.cell)
     cmd_r, reply_w = (int(fd) for fd in args.ctl.split(","))
     commands, replies = os.fdopen(cmd_r), os.fdopen(reply_w, "w", buffering=1)
-    torch.manual_seed(0)
     reply = "ready"
     try:
         base, make_inputs = MODELS[name](device == "cpu", shape)
