@@ -228,3 +228,27 @@ def test_in_place_bernoulli_with_its_default_probability(backend):
     out = tc.compile(fn, backend=backend)(x)
     assert ((out == 0) | (out == 1)).all()
     assert abs(out.mean().item() - 0.5) < 0.02
+
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float32])
+def test_an_input_written_in_place_whose_size_one_dim_has_another_stride(dtype):
+    # fuzzer seed 50653: x of shape [1, 4, 4] with strides (16, 1, 4) is laid out as the graph's
+    # (4, 1, 4) (size-1 strides are not compared), written in place, and handed back with those
+    # strides over the same memory; in a training call, copying it into x raised "some elements
+    # ... refer to a single memory location" where eager ran.
+    def fn(w, x):
+        v = w.sin_()
+        x.mul_(2).add_(1)
+        return x * 3, v
+
+    compiled = tc.compile(fn)
+    for _ in range(2):
+        leaf = torch.randn((), requires_grad=True)
+        x = torch.randint(0, 5, (1, 4, 4)).to(dtype).transpose(-1, -2)
+        want_x, want_leaf = x.transpose(-1, -2).clone().transpose(-1, -2), leaf.detach().clone().requires_grad_()
+        want = fn(want_leaf.clone(), want_x)
+        got = compiled(leaf.clone(), x)
+        want[1].backward()
+        got[1].backward()
+        torch.testing.assert_close((got[0], got[1], x, leaf.grad), (want[0], want[1], want_x, want_leaf.grad))

@@ -326,3 +326,7 @@ def test_same_memory():
     assert not runtime.same_memory(a.t(), a.as_strided((4, 3), (1, 3), 1))
     assert not runtime.same_memory(a, a.view(torch.int32))
     assert not runtime.same_memory(a[:0], a[:0])
+    # a size-1 dim's stride moves to no other element: the same elements
+    b = torch.randn(1, 4, 4).transpose(-1, -2)  # strides (16, 1, 4)
+    assert runtime.same_memory(b, b.as_strided((1, 4, 4), (4, 1, 4)))
+    assert not runtime.same_memory(b, b.as_strided((1, 4, 4), (4, 4, 1)))
