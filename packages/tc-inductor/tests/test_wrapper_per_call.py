@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 import torch
 from inductor_helpers import assert_same, build
 
@@ -101,3 +102,33 @@ def test_a_bound_function_computes_its_overload():
         assert fast is not op._op, op
         want, got = op(*args, **kwargs), fast(*args, **kwargs)
         assert_same(got, want)
+
+
+def test_a_deferred_load_finishes_when_asked_or_at_the_first_call():
+    # tc_autograd defers the forward's load to build its kernels while the backward is compiled
+    inputs = _inputs()
+    for ask in (True, False):
+        graph = _graph(*inputs)
+        graph.meta["defer_load"] = True
+        k = tc_inductor.compile(graph, inputs, {"backend": "cpp", "cache": False})
+        assert k._pending is not None and k.output_strides is not None
+        if ask:
+            k.finish_loading()
+            assert k._pending is None
+        fresh = _inputs()
+        assert_same(k(*fresh), tc_ir.interpret(_graph(*inputs), fresh))
+        assert k._pending is None and "ext_" in " ".join(k._fn.__globals__)
+
+
+def test_a_deferred_load_that_fails_tells_the_caller_nothing_ran():
+    inputs = _inputs()
+    graph = _graph(*inputs)
+    graph.meta["defer_load"] = True
+    k = tc_inductor.compile(graph, inputs, {"backend": "cpp", "cache": False})
+
+    def broken():
+        raise RuntimeError("a kernel did not build")
+    k._pending = broken
+    with pytest.raises(RuntimeError, match="did not build") as info:
+        k(*_inputs())
+    assert info.value.tc_while_compiling

@@ -120,10 +120,17 @@ class Compiled:
             # out as it likes (channels-last around convolutions) and says how in output_strides.
             forward.meta["free_outputs"] = tuple(range(len(traced.differentiable), len(traced.differentiable) + len(saved)))
             forward.meta["inplace_outputs"] = inplace_outputs(traced, key)
+            # A compiler may return before the forward's kernels are built (tc_inductor: they
+            # build in its pool meanwhile) and finish loading them once the backward is compiled:
+            # the two graphs' kernels then build together. Both are loaded before this returns,
+            # so that a kernel that fails to build fails the compile, not a later call.
+            forward.meta["defer_load"] = True
             fw = options["fw_compiler"](forward, list(inputs))
             bw_examples = [example_of(n.spec, hints) for n in backward.inputs]
             bw_examples[:len(saved)] = _as_laid_out(bw_examples[:len(saved)], fw, len(traced.differentiable))
             bw = options["bw_compiler"](backward, bw_examples)
+            if callable(getattr(fw, "finish_loading", None)):
+                fw.finish_loading()
             sizes = graphs.get("backward_sizes")
             reader = sym_sizes.size_reader(sizes, sym_sizes.binding_places(forward)) if sizes else None
             self.runner: Any = TrainingRunner(traced, fw, bw, num_saved, key, reader)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -43,13 +44,39 @@ class CompiledGraph:
     ``bytes_written`` and ``extern_calls``. ``output_strides``: per flattened output, the
     strides the returned tensor has (None: not a tensor tc lays out, or symbolic); they differ
     from the graph's specs only for ``free_outputs`` that were stored channels-last.
+
+    A graph compiled with ``meta["defer_load"]`` returns before its kernels are built: its
+    kernels build in the compile pool while the caller goes on (tc_autograd generates the
+    backward's kernels meanwhile), and ``finish_loading`` (else the first call) waits for them
+    and loads the wrapper.
     """
 
     def __init__(self, fn, source: str, kernels: list[str], stats: dict, timings: dict,
-                 output_strides: list | None = None, writes_inputs: bool = True):
+                 output_strides: list | None = None, writes_inputs: bool = True, pending: Any = None):
         self._fn, self.source, self.kernels, self.stats, self.timings = fn, source, kernels, stats, timings
         self.output_strides = output_strides
         self.writes_inputs = writes_inputs
+        self._pending = pending  # () -> (the wrapper, timings), where the load was deferred
+        if pending is not None:
+            self._lock = threading.Lock()
+            self._fn = self._load_then_call
+
+    def finish_loading(self) -> None:
+        """Wait for the kernels and load the wrapper (at once where the load was not deferred)."""
+        if self._pending is None:
+            return
+        with self._lock:
+            if self._pending is not None:
+                self._fn, self.timings = self._pending()
+                self._pending = None
+
+    def _load_then_call(self, inputs: Any) -> Any:
+        try:
+            self.finish_loading()
+        except Exception as e:  # nothing ran: the caller may run the graph another way
+            e.tc_while_compiling = True
+            raise
+        return self._fn(inputs)
 
     def __call__(self, *inputs: Any) -> Any:
         try:
@@ -129,9 +156,18 @@ def _compile(graph: tc_ir.Graph, example_inputs: list, options: dict | Options |
     else:
         timer.times["cache_hit"] = 0.0
         _show_cached(record, graph)
-    compiled = _load(record, graph, opts, timer)
-    compiled.timings = dict(timer.times)
-    _report(timer.times, record)
+
+    def load() -> tuple[Any, dict]:
+        fn = _load(record, graph, opts, timer)
+        _report(timer.times, record)
+        return fn, dict(timer.times)
+
+    strides = record.get("output_strides")
+    compiled = CompiledGraph(None, record["source"], [k["source"] for k in record["kernels"]], dict(record["stats"]),
+                             {}, [tuple(s) if s is not None else None for s in strides] if strides is not None else None,
+                             _writes_inputs(record, graph), pending=load)
+    if not graph.meta.get("defer_load"):
+        compiled.finish_loading()
     return compiled
 
 
@@ -304,7 +340,8 @@ def _numel(shape) -> int:
 
 # ---- loading ---------------------------------------------------------------------------------
 
-def _load(record: dict, graph: tc_ir.Graph, opts: Options, timer: _Timer) -> CompiledGraph:
+def _load(record: dict, graph: tc_ir.Graph, opts: Options, timer: _Timer) -> Any:
+    """The generated wrapper, its kernels built (or loaded) and bound."""
     from .codegen.registry import BACKENDS, _load_builtin
 
     _load_builtin()
@@ -325,11 +362,7 @@ def _load(record: dict, graph: tc_ir.Graph, opts: Options, timer: _Timer) -> Com
         env.update({name: _direct_op(t) for name, t in targets.items()})
         env.update({name: graph.tensors[key] for name, key in record["constants"].items()})
         exec(compile_source(record["source"]), env)  # noqa: S102  (our own generated wrapper)
-    strides = record.get("output_strides")
-    return CompiledGraph(env["call"], record["source"], [k["source"] for k in record["kernels"]],
-                         dict(record["stats"]), {},
-                         [tuple(s) if s is not None else None for s in strides] if strides is not None else None,
-                         _writes_inputs(record, graph))
+    return env["call"]
 
 
 def _writes_inputs(record: dict, graph: tc_ir.Graph) -> bool:

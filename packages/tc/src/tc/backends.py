@@ -192,6 +192,7 @@ def _kernel_compiler(options: Options, static_names: frozenset[str] = frozenset(
         # tc_autograd compiles the backward for the layouts the forward returns (channels-last
         # saved activations): without this, each would be copied into the backward's layout per call
         graphed.output_strides = getattr(compiled, "output_strides", None)
+        graphed.finish_loading = getattr(compiled, "finish_loading", lambda: None)  # see tc_autograd's Compiled
         return graphed
 
     return compile_kernels
