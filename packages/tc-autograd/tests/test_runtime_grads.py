@@ -162,12 +162,17 @@ def test_non_differentiable_user_outputs_with_an_output_unused():
         torch.testing.assert_close(results[1], results[0])
 
 
-@pytest.mark.parametrize("boxed", [False, True])
-def test_batch_norm_training_two_steps_and_optimizer(boxed):
-    torch.manual_seed(1)
+def _bn_pair(seed: int, shape: tuple, boxed: bool):
+    """A batch-norm net, an equal copy, and the copy compiled for inputs of ``shape``."""
+    torch.manual_seed(seed)
     ref = bn_net()
     mine = copy.deepcopy(ref)
-    compiled = compile_module(mine, torch.randn(3, 3, 6, 6), **compilers(boxed))
+    return ref, mine, compile_module(mine, torch.randn(*shape), **compilers(boxed))
+
+
+@pytest.mark.parametrize("boxed", [False, True])
+def test_batch_norm_training_two_steps_and_optimizer(boxed):
+    ref, mine, compiled = _bn_pair(1, (3, 3, 6, 6), boxed)
     opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (mine, ref)]
     for _ in range(2):
         x = torch.randn(3, 3, 6, 6)
@@ -184,10 +189,7 @@ def test_batch_norm_training_two_steps_and_optimizer(boxed):
 
 @pytest.mark.parametrize("boxed", [False, True])
 def test_retain_graph_twice(boxed):
-    torch.manual_seed(2)
-    ref = bn_net()
-    mine = copy.deepcopy(ref)
-    compiled = compile_module(mine, torch.randn(2, 3, 5, 5), **compilers(boxed))
+    ref, mine, compiled = _bn_pair(2, (2, 3, 5, 5), boxed)
     x = torch.randn(2, 3, 5, 5)
     for out in (call(compiled, mine, x), ref(x)):
         loss = out.square().mean()
