@@ -26,6 +26,8 @@ first subprocess compiles and runs the model once to fill a fresh ``TC_CACHE_DIR
     run         everything else in the first call: the compiled code running, the backward (on a
                 GPU, up to the synchronize after the call)
     total       import + every phase of the first call (the warm-start figure; torch excluded)
+    eager 1st   the reference: eager's first call in a fresh process (wall), which creates the CUDA
+                libraries' handles and workspaces that a compiled first call creates too
 
 and counts what the call rebuilt instead of reading back: ``traces`` (tc_autograd traces),
 ``lowerings`` (tc_inductor graph lowerings), ``builds`` (C++ compiler runs), and artifact-cache
@@ -229,7 +231,9 @@ def _instrument(clock: Clock) -> None:
     clock.wrap(inductor_compile.GraphLowering, "run", "lowerings")
     clock.wrap(build, "_build", "builds")  # one C++ compiler run
 
-    clock.wrap(inductor_compile, "_load", "kernels")  # kernels built or loaded, and the wrapper's exec
+    # kernels built or loaded, and the wrapper's exec; a forward's deferred load (``defer_load``)
+    # runs after its inductor.compile returned, inside tc_autograd's compile
+    clock.wrap(inductor_compile, "_load", "kernels", outside="inductor")
     clock.wrap(tc_inductor, "compile", "inductor")
     registry._load_builtin()  # tc.compile imported both back ends already: a no-op (checked by the caller)
     for entry in registry.BACKENDS:
@@ -245,11 +249,12 @@ def _instrument(clock: Clock) -> None:
 def _phases(clock: Clock, seconds: dict[str, float], first_call: float, imported: float) -> dict[str, float]:
     """Disjoint phases from the nested wrapped timings (``seconds`` is clock.wall or clock.cpu);
     ``triton`` and ``cpp`` are parts of ``kernels``."""
-    s = {k: seconds.get(k, 0.0) for k in ("miss", "fake", "autograd", "inductor", "kernels", "triton", "cpp",
-                                          "triton_outside", "cpp_outside", "opt")}
+    s = {k: seconds.get(k, 0.0) for k in ("miss", "fake", "autograd", "inductor", "kernels", "kernels_outside",
+                                          "triton", "cpp", "triton_outside", "cpp_outside", "opt")}
     late = s["triton_outside"] + s["cpp_outside"]  # kernels loaded while running, after their graph's _load
-    phases = {"import": imported, "fake": s["fake"], "trace": s["autograd"] - s["inductor"],
-              "lower": s["inductor"] - s["kernels"], "kernels": s["kernels"] + late,
+    deferred = s["kernels_outside"]  # in tc_autograd's compile, after inductor.compile returned
+    phases = {"import": imported, "fake": s["fake"], "trace": s["autograd"] - s["inductor"] - deferred,
+              "lower": s["inductor"] - (s["kernels"] - deferred), "kernels": s["kernels"] + late,
               "triton": s["triton"], "cpp": s["cpp"], "opt": s["opt"]}
     # a variant compiled later (the backward's at the first backward) runs outside the capture miss
     compiled_in_miss = min(s["autograd"], max(0.0, s["miss"] - s["fake"]))
@@ -349,6 +354,23 @@ class _Profile:
             f.write(text.getvalue())
 
 
+def eager_child(args) -> dict:
+    """The reference: eager's own first call in a fresh process (CUDA libraries, cuBLAS and cuDNN
+    handles and workspaces are created there; a compiled model's first call pays them too)."""
+    import torch
+
+    model, inputs, bench, _ = _prepare(args)
+    cuda = args.device == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    step = bench._step_fn(args.child[1], model, model, inputs, args.device)[0] if bench else _tiny_step(
+        model, inputs, args.child[1])
+    sync()
+    begin = time.perf_counter()
+    step()
+    sync()
+    return {"eager": time.perf_counter() - begin}
+
+
 def child(args) -> dict:
     start = _now()
     import torch
@@ -402,13 +424,15 @@ def child(args) -> dict:
 
 
 # ---- the parent ----------------------------------------------------------------------------------
-def run_child(model: str, task: str, cache_dir: str, args, profile_to: str | None = None) -> dict:
+def run_child(model: str, task: str, cache_dir: str, args, profile_to: str | None = None,
+              eager: bool = False) -> dict:
     env = dict(os.environ, TC_CACHE_DIR=cache_dir, TRITON_CACHE_DIR=os.path.join(cache_dir, "triton"),
                TORCHINDUCTOR_CACHE_DIR=os.path.join(cache_dir, "torchinductor"))
     if not args.no_bytecode_cache:  # the cold child writes tc's .pyc files, as any installed package has them
         env.pop("PYTHONDONTWRITEBYTECODE", None)
     cmd = [sys.executable, __file__, "--child", model, task, "--device", args.device, "--shapes", args.shapes,
-           *(["--full"] if args.full else []), *(["--profile-to", profile_to] if profile_to else [])]
+           *(["--full"] if args.full else []), *(["--profile-to", profile_to] if profile_to else []),
+           *(["--eager-child"] if eager else [])]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise RuntimeError(f"{model} {task} failed:\n{out.stderr[-3000:]}")
@@ -419,6 +443,7 @@ def measure(model: str, task: str, args, kind: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="tc-warm-") as cache_dir:
         cold = run_child(model, task, cache_dir, args)
         warm = [run_child(model, task, cache_dir, args) for _ in range(args.repeat)]
+        eager = [run_child(model, task, cache_dir, args, eager=True)["eager"] for _ in range(args.repeat)]
         if args.profile:  # one more warm process, under cProfile: not among the timed ones
             os.makedirs(args.out, exist_ok=True)
             run_child(model, task, cache_dir, args, os.path.join(args.out, f"warm_start_profile_{model}_{task}"))
@@ -427,12 +452,13 @@ def measure(model: str, task: str, args, kind: str) -> dict:
     return {"model": model, "task": task, "device": args.device, "full": args.full, "cold": cold[kind]["total"],
             "phases": phases, "user": statistics.median(w["user"][kind] for w in warm),
             "total": statistics.median(w[kind]["total"] for w in warm), "counts": counts,
+            "eager_first_call": statistics.median(eager),
             "modules": warm[-1]["modules"], "warm_totals": [w[kind]["total"] for w in warm],
             "check": warm[-1]["check"]}
 
 
 def table(rows: list[dict], kind: str) -> str:
-    head = ["model", "task", "cold", "user", *PHASES, "total", *COUNTS, "check"]
+    head = ["model", "task", "cold", "user", *PHASES, "total", "eager 1st", *COUNTS, "check"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         p, c = r["phases"], r["counts"]
@@ -440,12 +466,14 @@ def table(rows: list[dict], kind: str) -> str:
         loaded = ", ".join(f"{k} {v}" for k, v in sorted(c.get("loaded", {}).items())) or "0"
         cells = [r["model"], r["task"], f"{r['cold'] * 1e3:.0f}", f"{r['user'] * 1e3:.0f}"]
         cells += [f"{p[k] * 1e3:.0f}" for k in PHASES] + [f"**{r['total'] * 1e3:.0f}**"]
+        cells.append(f"{r['eager_first_call'] * 1e3:.0f}" if "eager_first_call" in r else "-")
         cells += [str(c["traces"]), str(c["lowerings"]), str(c["builds"]), misses, loaded, r.get("check", "-")]
         lines.append("| " + " | ".join(cells) + " |")
     what = "CPU ms (user + system, all threads)" if kind == "cpu" else "wall ms"
     loaded = sorted({m for r in rows for m in r["modules"]})
     return "\n".join(lines) + (f"\n({what}; medians over the warm runs; 'cold' is import + first call with an empty "
-                               f"cache; 'total' is import + first call, the 'user' column excluded; 'triton' and "
+                               f"cache; 'total' is import + first call, the 'user' column excluded; 'eager 1st' is "
+                               f"eager's own first call in a fresh process (wall); 'triton' and "
                                f"'cpp' are parts of 'kernels'; 'opt' is eager AdamW's step; counts are the last warm "
                                f"run's; modules loaded by then: {', '.join(loaded)})")
 
@@ -465,6 +493,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--out", default=os.environ.get("OUT", "bench_out"), help="--profile's files (default $OUT)")
     parser.add_argument("--child", nargs=2, metavar=("MODEL", "TASK"), help=argparse.SUPPRESS)
     parser.add_argument("--profile-to", help=argparse.SUPPRESS)
+    parser.add_argument("--eager-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         return args
@@ -486,7 +515,7 @@ def _arguments() -> argparse.Namespace:
 def main() -> None:
     args = _arguments()
     if args.child:
-        print(json.dumps(child(args)))
+        print(json.dumps(eager_child(args) if args.eager_child else child(args)))
         return
     kind = "cpu" if args.cpu else "wall"
     rows = []

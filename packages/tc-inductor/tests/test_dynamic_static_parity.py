@@ -20,7 +20,7 @@ s0, s1 = tc_ir.sym("s0"), tc_ir.sym("s1")
 
 def _shape_of(compiled) -> dict:
     """What the generated code does per call: kernels, launches, extern calls, copy kernels."""
-    launches = re.findall(r"^    (k\d+)\(", compiled.source, re.M)
+    launches = re.findall(r"^    (k\d+)(?:\.launch)?\(", compiled.source, re.M)
     return {"kernels": compiled.stats["kernels"], "launches": len(launches),
             "externs": compiled.stats["extern_calls"], "fused": compiled.stats["fused_nodes"],
             # views handed to extern calls (a reused dead buffer is an as_strided too: not counted)

@@ -137,7 +137,7 @@ def emit(step: ComboGroup, options: Any, kernels: list, by_source: dict) -> tupl
     name = by_source[key]
     if backend.name == "triton":
         consts = ", ".join(f"{k}={v}" for k, v in meta["config"].items())
-        return name, args, f"{name}({grid}, {', '.join(args)})  # TritonLauncher: grid, args; {consts},", []
+        return name, args, f"{name}.launch({grid}, {', '.join(args)})  # TritonLauncher: grid, args; {consts},", []
     from .codegen.common import pointer_name
 
     return name, args, f"{name}({', '.join(pointer_name(a) for a in args)})", args

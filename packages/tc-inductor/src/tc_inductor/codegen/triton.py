@@ -912,7 +912,7 @@ class TritonBackend:
         grid = f"{-(-static // config['XBLOCK'])}" if static is not None else \
             f"triton.cdiv({xnumel}, {config['XBLOCK']})"  # computed here when sizes are known
         consts = ", ".join(f"{k}={v}" for k, v in config.items())
-        return f"{name}({grid}, {', '.join(call_args)})  # TritonLauncher: grid, args; {consts},"
+        return f"{name}.launch({grid}, {', '.join(call_args)})  # TritonLauncher: grid, args; {consts},"
 
 
 def symbolic_sizes(kernel: kir.Kernel) -> bool:

@@ -39,7 +39,7 @@ import torch
 
 import tc_ir
 
-from . import triton_load
+from . import cuda_launch, triton_load
 
 _log = tc_ir.logs.get_logger("perf_hints")
 CHECKS = 3  # first launches whose binding is not the compiled kernel's, before run for good
@@ -98,14 +98,15 @@ class TritonLauncher:
                 return
             expected = [args[i].clone() for i in self.outputs]
             _restore(args, self.outputs, before)
-            self._direct(grid0, *args)
+            direct = self._native(len(args)) or self._direct
+            direct(grid0, *args)
             same = all(torch.equal(e, args[i]) or (e.is_floating_point() and torch.allclose(
                 e, args[i], rtol=0, atol=0, equal_nan=True)) for e, i in zip(expected, self.outputs))
             if not same:
                 _log.info("direct Triton launch of %s differs from JITFunction.run; using run", self.fn)
                 _restore(args, self.outputs, before)
                 return self._via_run(grid0, *args)
-            self.launch = self._direct
+            self.launch = direct
         except Exception as e:  # never a wrong answer: run is always right
             _log.info("direct Triton launch of %s failed (%s: %s); using JITFunction.run", self.fn,
                       type(e).__name__, e)
@@ -134,6 +135,13 @@ class TritonLauncher:
         k.run(grid0, 1, 1, stream, k.function, k.packed_metadata, k.launch_metadata(grid, stream, *values),
               self._knobs.launch_enter_hook, self._knobs.launch_exit_hook, *values)
         return True
+
+    def _native(self, n_args: int) -> Any:
+        """tc's C launcher of the compiled kernel (``cuda_launch.py``: the same launch as
+        ``_direct``, without Python), or None where it cannot be had."""
+        if self._knobs is None:
+            return None
+        return cuda_launch.make(self.compiled, n_args, self._via_run, self._stream, self.device, self._knobs)
 
     def _direct(self, grid0: int, *args: Any) -> None:
         # Pointers go to the C launcher as ints: given a tensor it would call data_ptr() again
