@@ -18,6 +18,7 @@ from tc_inductor import split_reduction
 aten = torch.ops.aten
 BACKENDS = ["cpp", "triton"]
 CL = torch.channels_last
+DEFAULT_MIN_ELEMENTS = split_reduction.SPLIT_MIN_ELEMENTS  # (conftest.py lowers it for every test)
 
 
 def _compile(fn, inputs, backend, **options):
@@ -158,6 +159,15 @@ def test_plan():
     assert split_reduction.plan((64,), (64, 56, 56), "argmax") is None
     assert split_reduction.plan((64,), (16, 8, 8), "sum") is None  # 1024 rows
     assert split_reduction.plan((), (8192,), "sum") is None  # 8192 elements: one fast kernel
+
+
+def test_plan_defaults(monkeypatch):
+    """A softmax's [64, 3000] stays one kernel (it was five: two split reductions); batch-norm
+    statistics of ResNet-50's last stage (512 channels, 64*7*7 rows) split."""
+    monkeypatch.setattr(split_reduction, "SPLIT_MIN_ELEMENTS", DEFAULT_MIN_ELEMENTS)
+    assert split_reduction.plan((64,), (3000,), "max") is None
+    assert split_reduction.plan((512,), (64, 7, 7), "sum") is not None
+    assert split_reduction.plan((64,), (64, 112, 112), "sum") is not None
     assert split_reduction.plan((2048,), (64, 7, 7), "sum") == (8, 392)  # ResNet-50's last stage
     assert split_reduction.plan((16384,), (8192,), "sum") is None  # enough outputs
     assert split_reduction.plan((0,), (64, 56, 56), "sum") is None

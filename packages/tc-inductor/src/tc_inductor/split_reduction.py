@@ -34,12 +34,14 @@ from .ir import ComputedBuffer
 from .kir import Ops, UOp
 
 # Split when there are at least SPLIT_MIN_ROWS rows and SPLIT_MIN_ELEMENTS elements (below, one
-# kernel is a few microseconds) and the first kernel gets at least SPLIT_MIN_CHUNKS chunks: as
-# many as make about SPLIT_TARGET_OUTPUTS partials (hundreds to thousands of programs), each of
-# at least SPLIT_MIN_CHUNK rows (a program's worth). ResNet-50's last stage (512 channels over
-# 64*7*7 rows) is 16 column programs of 3136 rows each unsplit.
+# kernel is a few microseconds: a second kernel and its launch cost more than they save; a
+# [64, 3000] softmax was five kernels at 32768) and the first kernel gets at least
+# SPLIT_MIN_CHUNKS chunks: as many as make about SPLIT_TARGET_OUTPUTS partials (hundreds to
+# thousands of programs), each of at least SPLIT_MIN_CHUNK rows (a program's worth). ResNet-50's
+# last stage (512 channels over 64*7*7 rows, 1.6M elements) is 16 column programs of 3136 rows
+# each unsplit.
 SPLIT_MIN_ROWS = 2048
-SPLIT_MIN_ELEMENTS = 32768
+SPLIT_MIN_ELEMENTS = 1 << 18
 SPLIT_TARGET_OUTPUTS = 32768
 SPLIT_MIN_CHUNK = 256
 SPLIT_MIN_CHUNKS = 4
