@@ -296,7 +296,7 @@ for _ in range(3):
     torch.testing.assert_close(out[0], torch.softmax(x.sin() * 1.2345, -1))
     torch.testing.assert_close(out[1], y.cos() + 1)
     launchers = [v for v in k._fn.__globals__.values() if isinstance(v, TritonLauncher)]
-    paths.append(sorted(l.launch.__func__.__name__ for l in launchers))
+    paths.append(sorted(getattr(l.launch, "__name__", type(l.launch).__name__) for l in launchers))
 print("keys", len(keys), "paths", paths[-1])
 """
 
@@ -319,7 +319,8 @@ def test_a_warm_process_loads_and_launches_without_tritons_cache_key(tmp_path):
     cold = run("A")  # compiled in the workers, loaded here
     assert "keys 0 " in cold and "_via_run" not in cold, cold
     warm = run("B")  # another machine: only the store is warm
-    assert "keys 0 " in warm and "_via_run" not in warm and "_direct" in warm, warm
+    # launched directly: by tc's C launcher (cuda_launch.py), else the Python direct path
+    assert "keys 0 " in warm and "_via_run" not in warm and ("Launcher" in warm or "_direct" in warm), warm
 
 
 def test_restoring_into_a_cache_that_holds_the_entry_writes_nothing(tmp_path):

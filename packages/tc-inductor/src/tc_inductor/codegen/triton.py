@@ -849,6 +849,12 @@ class TritonBackend:
     def load(self, record: dict, options: Any):
         kernel, meta = self._kernel(record), record["meta"]
         if meta["autotune"]:
+            # Triton's Autotuner keeps the arguments of a warmup or run on itself (``nargs``) and
+            # clears them when done: a launch while the pool's ahead-of-time warmup of it ran
+            # found them cleared (TypeError in its benchmark). Its warmup finishes first.
+            future = _warmups.get(_warmup_key(record))
+            if future is not None:
+                concurrent.futures.wait([future])
             return kernel
         if meta.get("bucketed"):  # each config's compile is waited for at its first launch
             shape = _BucketShape(meta["bucketed"])
