@@ -23,7 +23,10 @@ a later launch (a few times, then ``run`` for good). Then both paths launch and 
 be equal; any failure or difference falls back to ``run`` for good (logged under
 ``TC_LOGS=perf_hints``). So what the check protects (argument order, constexpr handling and
 the launcher call of the direct path) is still compared with Triton's, at every process's first
-launch, with no compile and no cache key. A function that is no ``JITFunction`` (the
+launch, with no compile and no cache key. The direct launch compared there, and used from then on
+as ``launch`` (the wrapper calls ``k<n>.launch(...)``), is tc's own C launcher where it can be had
+(``cuda_launch.py``: the same arguments to ``cuLaunchKernel`` without Python or Triton's argument
+parsing), else ``_direct``. A function that is no ``JITFunction`` (the
 interpreter, tests' stand-ins) is compared with ``run`` itself. ``run`` is also used where the
 direct path cannot be (the interpreter, a failed ahead-of-time compile, launch hooks set by a
 profiler, a pointer whose alignment differs from what the kernel was specialised for).
