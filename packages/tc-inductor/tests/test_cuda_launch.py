@@ -65,6 +65,17 @@ def test_what_a_launch_hands_to_triton(ext, kinds, arg):
     assert ext.pack(kinds, arg) is None
 
 
+def test_a_multi_tensor_launch_is_packed(ext):
+    """A foreach kernel passes hundreds of pointers (AdamW over GPT-2: four per parameter)."""
+    tensors = [torch.empty(4) for _ in range(600)]
+    packed = ext.pack(b"p" * 600 + b"i", *tensors, 7)
+    assert packed is not None and len(packed) == 601 and ext.MAX_ARGS >= 601
+    assert packed[599] == struct.pack("Q", tensors[599].data_ptr()) and packed[600] == struct.pack("i", 7)
+    launcher, calls = _launcher(ext, kinds=b"p" * 600)
+    launcher(1, *tensors[:599])  # one argument short: Triton's
+    assert len(calls) == 1
+
+
 def test_a_misaligned_tensor_goes_to_triton(ext):
     x = torch.empty(16)
     assert ext.pack(b"p", x[1:]) is None and ext.pack(b"p", x[4:]) is not None

@@ -38,7 +38,7 @@ static device_get_fn cu_device_get = NULL;
 static retain_fn cu_retain = NULL;
 static error_fn cu_error = NULL;
 
-#define MAX_ARGS 256
+#define MAX_ARGS 1024  /* a multi-tensor kernel passes hundreds of pointers */
 
 static int resolve_driver(void) {
     if (cu_launch != NULL)
@@ -317,7 +317,7 @@ static PyObject *launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     Py_ssize_t n = PyBytes_GET_SIZE(kinds);
     const char *k = PyBytes_AS_STRING(kinds);
     if (n > MAX_ARGS || (Py_ssize_t)strspn(k, "pxbhilBHILfd") != n) {
-        PyErr_SetString(PyExc_ValueError, "tc cuda_launch: kinds must be at most 256 of 'pxbhilBHILfd'");
+        PyErr_SetString(PyExc_ValueError, "tc cuda_launch: kinds must be at most MAX_ARGS of 'pxbhilBHILfd'");
         return NULL;
     }
     if (!PyCallable_Check(fallback) || !PyCallable_Check(stream_of)) {
@@ -419,7 +419,8 @@ PyMODINIT_FUNC PyInit_tc_cuda_launch(void) {
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    if (PyModule_AddObjectRef(m, "Launcher", (PyObject *)&LauncherType) < 0) {
+    if (PyModule_AddIntConstant(m, "MAX_ARGS", MAX_ARGS) < 0 ||
+        PyModule_AddObjectRef(m, "Launcher", (PyObject *)&LauncherType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -109,7 +109,7 @@ def make(compiled: Any, n_args: int, fallback: Any, stream_of: Any, device: int,
     if argument_kinds is None:
         return None
     ext = module()
-    if ext is None:
+    if ext is None or len(argument_kinds) > ext.MAX_ARGS:
         return None
     block = meta.num_warps * meta.target.warp_size
     return ext.Launcher(fallback, int(compiled.function), block, int(meta.shared), argument_kinds, stream_of,

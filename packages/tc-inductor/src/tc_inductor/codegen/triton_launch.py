@@ -144,7 +144,12 @@ class TritonLauncher:
         ``_direct``, without Python), or None where it cannot be had."""
         if self._knobs is None:
             return None
-        return cuda_launch.make(self.compiled, n_args, self._via_run, self._stream, self.device, self._knobs)
+        try:
+            return cuda_launch.make(self.compiled, n_args, self._via_run, self._stream, self.device, self._knobs)
+        except Exception as e:  # the Python direct path launches it instead
+            _log.info("tc's C launcher cannot launch %s (%s: %s); launching through Triton's", self.fn,
+                      type(e).__name__, e)
+            return None
 
     def _direct(self, grid0: int, *args: Any) -> None:
         # Pointers go to the C launcher as ints: given a tensor it would call data_ptr() again
