@@ -29,7 +29,7 @@ import tc_ir
 
 from .. import kir
 from ..kir import Ops, UOp
-from . import artifacts, build, triton_compile, triton_load
+from . import artifacts, build, cuda_launch, triton_compile, triton_load
 from .build import cache_dir, ensure_file
 from .common import Emitter, Scope, print_index
 from .registry import register_backend
@@ -1133,6 +1133,8 @@ def _start_compile_workers(device: int) -> None:
     except Exception:  # no driver: _compile_in_worker says so
         target = None
     triton_compile.pool(target)
+    if target is not None:  # tc's C launcher, built once per machine (cuda_launch.py), meanwhile
+        build.workers().submit(cuda_launch.module)
 
 
 def _compile_in_worker(kernel: Any, sig: dict, consts: dict) -> dict | None:
