@@ -2,9 +2,9 @@
 
 Triton's C launcher parses every launch's arguments with ``PyArg_ParseTuple`` against a format
 of the kernel's full parameter list (constexprs and launch hooks included), releases and takes
-back the GIL, and is reached through Python (``TritonLauncher``): about 9 µs of host time a
-launch on the H100 host, where eager's whole ``torch.add(out=)`` takes 7 µs. A training step of
-ResNet-50 makes ~300 launches.
+back the GIL, and is reached through Python (``TritonLauncher``): 6-9 µs of host time a launch on
+the H100 hosts measured, where eager's whole ``torch.add(out=)`` takes 7 µs; this launcher, 4.5 µs
+(``benchmarks/NOTES.md`` §22). A training step of ResNet-50 makes ~300 launches.
 
 This module's ``Launcher`` is one C object per compiled kernel, called by the generated wrapper
 as ``k.launch(grid0, *args)``: argument kinds (pointer, int widths, floats, constexprs skipped)
