@@ -12,7 +12,7 @@ import warnings
 import pytest
 import torch
 from fuzz_check import FALLBACK_WORDS, check
-from fuzz_program import InputSpec, Program
+from fuzz_program import InputSpec, Program, random_program
 
 import tc
 
@@ -223,3 +223,25 @@ def test_fuzz_write_through_one_copy_of_an_expanded_view(pick, write, grad):
                        [PICKS_OF_A_COPY[pick], write, "v3 = x0 * 1.5"], ["v2", "v3", "v1"], grad)
     outcome = check(program, seed=3)
     assert outcome.kind == "pass", (outcome, program.source())
+
+
+def test_fuzz_variance_of_equal_values_is_zero():
+    # seed 57979: ``(x1 - x0).var(0) > 0`` with x0 expanded along dim 0 (every column constant):
+    # eager's Welford reduction gives exactly 0, tc's mean ``sum / 3`` of three equal float64
+    # values was not always that value, so the variance came out ~1e-33 and the comparison True.
+    # (Eager's full reductions are not exact either: ``x.var()`` of twelve 0.1s is 2e-34 there.)
+    assert check(random_program(57979), 57979).kind == "pass"
+
+    def fn(x):
+        return x.var(0), torch.var_mean(x, 1), torch.std(x, 0), x.var(0) > 0, torch.layer_norm(x, (4,))
+
+    compiled = tc.compile(fn)
+    for value in (0.1, 1 / 3, 7.7, -1e10, 3.0):
+        x = torch.full((3, 4), value, dtype=torch.float64)
+        got, want = compiled(x), fn(x)
+        for g, w in zip(tc_leaves(got), tc_leaves(want)):
+            assert torch.equal(g, w) if not w.is_floating_point() or not w.any() else torch.allclose(g, w), (g, w)
+
+
+def tc_leaves(x):
+    return [t for item in x for t in (item if isinstance(item, tuple) else (item,))]

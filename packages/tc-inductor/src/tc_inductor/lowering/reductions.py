@@ -152,9 +152,7 @@ def _moments(ctx, x: TensorValue, dims: tuple, correction, keepdim: bool, shape:
     acc = kir.compute_dtype(dtype)
     count = math.prod(x.shape[d] for d in dims) if x.ndim else 1
     keep_shape = tuple(1 if d in dims else s for d, s in enumerate(x.shape))
-    total, sq = _sums(ctx, x, dims, keep_shape, acc)
-    mean = Pointwise(keep_shape, acc, x.device, lambda index: kir.binary(
-        Ops.TRUEDIV, total.load(index), kir.size_value(count, acc)))
+    mean, sq = _sums(ctx, x, dims, keep_shape, acc)
     correction = 1 if correction is None else correction
     denom = max(count - correction, 0)
     keep = (lambda index: index) if keepdim else (lambda index: _keep_index(index, dims, x.ndim))  # noqa: E731
@@ -165,25 +163,39 @@ def _moments(ctx, x: TensorValue, dims: tuple, correction, keepdim: bool, shape:
 
 
 def _sums(ctx, x: TensorValue, dims: tuple, keep_shape: tuple, acc: torch.dtype) -> tuple:
-    """The sum of ``x`` over ``dims`` and the sum of its squared deviations from the mean,
-    both of ``keep_shape``."""
+    """The mean of ``x`` over ``dims`` and the sum of its squared deviations from it, both of
+    ``keep_shape``.
+
+    Unsplit, both are computed on the values shifted by each row's first one (``x - x[0]``):
+    rows of equal values then have a mean of exactly that value and no deviation at all, as
+    eager's Welford reductions give them (``x.var(0) > 0`` was True for a constant column: the
+    mean ``sum / n`` of three equal float64 values is not always that value), and the sums of
+    a shifted row lose fewer digits when its mean is large against its spread."""
     value = lambda full: kir.cast(x.load(full), acc)  # noqa: E731
     rranges = tuple(x.shape[d] for d in dims)
+    count = math.prod(rranges) if x.ndim else 1
     if x.ndim and not all(r == 1 for r in rranges):
         split = ctx.moments(keep_shape, acc, x.device, lambda index, rindex: value(
             full_index(x, dims, True, index, rindex)), rranges, tuple(dims))
         if split is not None:
-            return split
-    count = math.prod(rranges) if x.ndim else 1
-    total = reduce(ctx, x, dims, True, "sum", keep_shape, acc, value)
+            total, sq = split
+            return Pointwise(keep_shape, acc, x.device, lambda index: kir.binary(
+                Ops.TRUEDIV, total.load(index), kir.size_value(count, acc))), sq
+    first = lambda full: tuple(sympy.Integer(0) if k in dims else i for k, i in enumerate(full))  # noqa: E731
+    shift = x.ndim and count != 0  # (an empty row has no first value)
+    shifted = (lambda full: kir.binary(Ops.SUB, value(full), value(first(full)))) if shift else value  # noqa: E731
+    total = reduce(ctx, x, dims, True, "sum", keep_shape, acc, shifted)
+
+    def shifted_mean(index):
+        return kir.binary(Ops.TRUEDIV, total.load(index), kir.size_value(count, acc))
 
     def centered(full):
-        mean = kir.binary(Ops.TRUEDIV, total.load(tuple(sympy.Integer(0) if k in dims else i for k, i in enumerate(full))),
-                          kir.size_value(count, acc))
-        d = kir.binary(Ops.SUB, value(full), mean)
+        d = kir.binary(Ops.SUB, shifted(full), shifted_mean(first(full)))
         return kir.binary(Ops.MUL, d, d)
 
-    return total, reduce(ctx, x, dims, True, "sum", keep_shape, acc, centered)
+    mean = Pointwise(keep_shape, acc, x.device, lambda index: kir.binary(Ops.ADD, value(index), shifted_mean(index))
+                     if shift else shifted_mean(index))
+    return mean, reduce(ctx, x, dims, True, "sum", keep_shape, acc, centered)
 
 
 def _keep_index(index, dims, ndim):
