@@ -156,20 +156,22 @@ def test_hf_variable_length_training_matches_eager(traces):
                                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     torch.manual_seed(4)
     model = transformers.GPT2LMHeadModel(config).train()
-    ref = copy.deepcopy(model)
+    ref, exact = copy.deepcopy(model), copy.deepcopy(model).double()
     compiled = torch.compile(model, backend="tc")
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-3)
+    models = (model, ref, exact)
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in models]
     for step, length in enumerate([8, 12, 16, 9, 24, 13, 32, 10]):
         ids = torch.randint(0, 97, (2, length))
         loss = compiled(input_ids=ids, labels=ids).loss
         loss_ref = ref(input_ids=ids, labels=ids).loss
         torch.testing.assert_close(loss, loss_ref, atol=1e-5, rtol=1e-5, msg=lambda m, step=step: f"step {step}: loss: {m}")
-        loss.backward()
-        loss_ref.backward()
-        opt.step()
-        opt_ref.step()
-        opt.zero_grad()
-        opt_ref.zero_grad()
-    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
-        torch.testing.assert_close(p, q, atol=1e-5, rtol=1e-4, msg=lambda m, name=name: f"parameter {name}: {m}")
+        (loss + loss_ref + exact(input_ids=ids, labels=ids).loss).backward()
+        for opt in opts:
+            opt.step()
+            opt.zero_grad()
+    # Eight AdamW steps turn rounding into ~lr for parameters whose gradient is near zero (Adam
+    # divides by its size), so tc's float32 run and eager's are both judged against float64 eager:
+    # tc no further from it than eager's own float32 run (with room for one such parameter)
+    for (name, p), q, e in zip(model.named_parameters(), ref.parameters(), exact.parameters()):
+        mine, eagers = (p.double() - e).abs().max().item(), (q.double() - e).abs().max().item()
+        assert mine <= 2 * eagers + 2e-5, f"parameter {name}: {mine:.2e} from float64 eager (eager float32: {eagers:.2e})"

@@ -212,3 +212,25 @@ def test_a_batch_norm_float_of_sizes_is_cached(traces):
     out.sum().backward()
     want.sum().backward()
     torch.testing.assert_close(x.grad, xe.grad, **TOL)
+
+
+def test_a_backward_taking_size_inputs_is_read_back(traces, caplog):
+    """``x.sum()`` over [s0, 8]: its backward expands the cotangent to [s0, 8] and saves nothing,
+    so s0 comes in as an int input of its own (``backward_sizes``). The entry's check counted the
+    backward's inputs without them: every read-back was 'damaged' and traced again, with a warning."""
+    def graph():
+        g = tc_ir.Graph("sum")
+        x = g.input("x", tc_ir.TensorSpec((s0, 8), requires_grad=True))
+        g.output(g.call(torch.mul, g.call(torch.sum, x), 3.0))
+        return g
+
+    store = DictStore()
+    cold = tc_autograd.aot(graph(), [torch.randn(5, 8, requires_grad=True)], cache=store)
+    assert traces[0] == 1 and any(n.name.startswith("size_") for n in cold.backward_graph.inputs)
+    with caplog.at_level("WARNING"):
+        warm = tc_autograd.aot(graph(), [torch.randn(7, 8, requires_grad=True)], cache=store)
+    assert traces[0] == 1 and not [r for r in caplog.records if "damaged" in r.getMessage()]
+    for n in (7, 3):
+        x = torch.randn(n, 8, requires_grad=True)
+        warm(x).backward()
+        torch.testing.assert_close(x.grad, torch.full((n, 8), 3.0))

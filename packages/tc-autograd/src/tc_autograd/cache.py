@@ -220,7 +220,8 @@ def _check(traced: Traced, graphs: dict[str, Any], num_saved: int, num_inputs: i
         backward = graphs["backward"]
         if len(list(tc_ir.leaves(forward.outputs))) != num_values + num_saved:
             raise ValueError("saved-tensor count does not fit the forward graph")
-        if len(backward.inputs) != num_saved + sum(traced.differentiable):
+        sizes = graphs.get("backward_sizes") or ()  # a symbolic backward's int inputs (add_size_inputs)
+        if len(backward.inputs) != num_saved + sum(traced.differentiable) + len(sizes):
             raise ValueError("the backward graph does not fit the entry")
     # No tc_ir.verify here: it re-infers every node's spec (~60 ms a graph), the cost the cache
     # exists to avoid; the store's checksum and the parser (names, targets, specs) catch damage.
