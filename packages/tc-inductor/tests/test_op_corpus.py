@@ -7,6 +7,8 @@ subset (the interpreter is slow and has no libdevice).
 
 from __future__ import annotations
 
+import zlib
+
 import pytest
 import torch
 from inductor_helpers import assert_same
@@ -43,8 +45,16 @@ def supported_cases(op, all_cases):
     return kept
 
 
+def _seed(op) -> int:
+    """A seed of the op's name that every process agrees on. (``hash`` of a str is salted per
+    process: each CI run drew other inputs, and a bf16 ``div.trunc`` at -2 / 0.668 failed in one,
+    where eager's vectorised CPU kernel rounds the quotient to bf16 (-3.0) before truncating and
+    its scalar path, CUDA and tc do not (-2): eager disagrees with itself there.)"""
+    return zlib.crc32(op.name.encode()) % 2**31
+
+
 def run_op(op, options):
-    gen = torch.Generator().manual_seed(hash(op.name) % 2**31)
+    gen = torch.Generator().manual_seed(_seed(op))
     example = supported_cases(op, cases(op, gen))
     assert example, f"no case of {op.name} runs in eager"
     g = corpus_graph(op, example)
@@ -85,7 +95,7 @@ def test_op_triton_interpreted(op):
 @pytest.mark.cuda
 @pytest.mark.parametrize("op", OPS, ids=[op.name for op in OPS])
 def test_op_cuda(op):
-    gen = torch.Generator().manual_seed(hash(op.name) % 2**31)
+    gen = torch.Generator().manual_seed(_seed(op))
     example = [[t.cuda() for t in inputs] for inputs in supported_cases(op, cases(op, gen))]
     g = corpus_graph(op, example)
     flat = [t for inputs in example for t in inputs]
