@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import operator
+
 import pytest
 import torch
 from inductor_helpers import assert_same, build, check
@@ -297,3 +299,53 @@ def test_reductions_fuse_horizontally_only_when_they_share_a_read(backend):
     inputs = [torch.randn(64, 48), torch.randn(64, 48)]
     k = check(grads, inputs, {"backend": backend}, fresh=[torch.randn(64, 48), torch.randn(64, 48)])
     assert k.stats["kernels"] == 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_stored_residual_and_its_layer_norm_are_one_kernel(backend):
+    """A layer norm's moments are shifted by each row's first value (lowering/reductions.py),
+    a second read of its input at another element. Where that input is also stored (a
+    transformer's residual stream, read by the next layer), the kernel recomputes the row's
+    first value from the residual's own inputs: one kernel, as before the shift (GPT-2's
+    training step on the H100 had gained a kernel and a pass over the stream per layer norm)."""
+    def residual_norm(g, x, h, w, b):
+        stream = g.call(aten.add.Tensor, h, g.call(aten.mul.Tensor, x, 0.5))
+        normed = g.call(operator.getitem, g.call(aten.native_layer_norm.default, stream, [32], w, b, 1e-5), 0)
+        return stream, normed
+
+    inputs = [torch.randn(4, 6, 32), torch.randn(4, 6, 32), torch.randn(32), torch.randn(32)]
+    k = check(residual_norm, inputs, {"backend": backend}, fresh=[torch.randn(4, 6, 32), torch.randn(4, 6, 32),
+                                                                   torch.randn(32), torch.randn(32)])
+    assert k.stats["kernels"] == 1
+    constant = torch.full((4, 6, 32), 0.1)  # rows of one value: no deviation at all, as eager
+    stream, normed = k(constant, constant, torch.ones(32), torch.zeros(32))
+    assert torch.equal(normed, torch.zeros_like(normed))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_rows_first_value_read_in_its_kernel_is_recomputed_there(backend):
+    def centred_sum(g, x):
+        y = g.call(aten.add.Tensor, g.call(aten.exp.default, x), 1.0)
+        first = g.call(aten.slice.Tensor, y, 1, 0, 1)
+        return y, g.call(aten.sum.dim_IntList, g.call(aten.sub.Tensor, y, first), [1])
+
+    k = check(centred_sum, [torch.randn(5, 40)], {"backend": backend}, fresh=[torch.randn(5, 40)])
+    assert k.stats["kernels"] == 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_recomputed_first_value_draws_the_same_random_number(backend):
+    """A dropout mask recomputed at a row's first element draws what the stored mask drew there."""
+    def centred_dropout(g, x):
+        y = g.call(operator.getitem, g.call(aten.native_dropout.default, x, 0.5, True), 0)
+        first = g.call(aten.slice.Tensor, y, 1, 0, 1)
+        return y, g.call(aten.sum.dim_IntList, g.call(aten.sub.Tensor, y, first), [1])
+
+    x = torch.rand(64, 40) + 1  # (no zeros but dropped ones)
+    g = build(centred_dropout, [x])
+    k = tc_inductor.compile(g, [x], {"backend": backend, "cache": False})
+    assert k.stats["kernels"] == 1
+    for _ in range(3):
+        y, total = k(x)
+        assert 0 < (y == 0).sum() < y.numel()
+        torch.testing.assert_close(total, (y - y[:, :1]).sum(1))

@@ -3,7 +3,8 @@
 A kernel iterates ``x`` (kept dims) by ``r`` (reduced dims). A buffer joins a kernel when its
 iteration space fits (a pointwise buffer over ``x + r`` runs inside the reduction loop, one over
 ``x`` after it), every read of a buffer of that kernel is of the element the same iteration
-wrote (so the value is used directly, never re-read from memory), and the joint DAG stays
+wrote (so the value is used directly, never re-read from memory) or of a pointwise buffer's
+element at the start of the row (recomputed there from its inputs), and the joint DAG stays
 acyclic. Buffers read only inside their kernel are never stored.
 """
 
@@ -242,13 +243,46 @@ def _illegal(dag: Dag, group: Group, buf: ComputedBuffer, producers: set, key: t
             return f"would create a cycle through {getattr(p, 'name', None) or f'kernel {p.id}'}"
     members = {m.name: m for m in group.members}
     x, r = key
-    value = node_value(buf, x, r)
+    return _unservable(node_value(buf, x, r), members, x, r, MAX_RECOMPUTE_DEPTH)
+
+
+# How deep a read of one member at another element may recompute members that it reads there.
+MAX_RECOMPUTE_DEPTH = 4
+
+
+def _unservable(value: UOp, members: dict, x: tuple, r: tuple, depth: int) -> str | None:
+    """Why ``value`` cannot be computed in a kernel of ``members`` over (x, r), or None: each
+    read of a member must be of the element the same iteration computes, or of a pointwise
+    member's element at this row's start, which is recomputed there (_served)."""
     for u in value.toposort():
-        if u.op is Ops.LOAD and u.arg[0] in members:
-            m = members[u.arg[0]]
-            if m.store_index(member_index(m, x, r)[0]) != u.arg[1] or u.src:
-                return f"reads {m.name} at another element than the one this iteration computes"
+        if u.op is not Ops.LOAD or u.arg[0] not in members:
+            continue
+        served = _served(u, members[u.arg[0]], x, r)
+        if served is None or (served != () and depth == 0):
+            return f"reads {u.arg[0]} at another element than the one this iteration computes"
+        if served != ():
+            why = _unservable(members[u.arg[0]].body(served, ()), members, x, r, depth - 1)
+            if why:
+                return why
     return None
+
+
+def _served(load: UOp, m: ComputedBuffer, x: tuple, r: tuple) -> tuple | None:
+    """How a kernel over (x, r) serves ``load``, a read of its member ``m``: ``()`` when it reads
+    the element the iteration computes (the value itself); the index of the element to
+    recompute when it reads the element with every reduction variable at 0 (a row's first
+    value, by which moments are shifted: lowering/reductions.py), and ``m`` is pointwise;
+    else None (the member is stored and read by a later kernel)."""
+    if load.src:
+        return None
+    index = member_index(m, x, r)[0]
+    if m.store_index(index) == load.arg[1]:
+        return ()
+    if m.is_reduction or not r:
+        return None
+    first = dict.fromkeys(kir.rvars(len(r)), sympy.Integer(0))
+    start = tuple(sympy.sympify(i).subs(first) for i in index)
+    return start if start != index and sympy.expand(m.store_index(start) - load.arg[1]) == 0 else None
 
 
 # Random draws a kernel takes from horizontal fusion. A dropout mask reads nothing but its seed,
@@ -340,9 +374,10 @@ def build_kernel(group: Group, stored: set, dtypes: dict, options: dict) -> kir.
     emulate = options.get("emulate_precision_casts", False)
     stmts: list[tuple[int, Any]] = []
     reductions = 0
+    members = {m.name: m for m in group.members}
     for m in group.members:
         raw = node_value(m, x, r)
-        value, need = _substitute(raw, values, levels)
+        value, need = _substitute(raw, values, levels, members, x, r, emulate)
         if m.is_reduction or not r or not _is_outer(m, x, r):
             level = need + (need % 2)  # inside a loop: the next even level
         else:
@@ -366,8 +401,10 @@ def build_kernel(group: Group, stored: set, dtypes: dict, options: dict) -> kir.
     return _assemble(x, r, stmts, dtypes)
 
 
-def _substitute(value: UOp, values: dict, levels: dict) -> tuple[UOp, int]:
-    """Replace loads of in-kernel buffers by their values; also the level the value waits for."""
+def _substitute(value: UOp, values: dict, levels: dict, members: dict, x: tuple, r: tuple,
+                emulate: bool) -> tuple[UOp, int]:
+    """Replace loads of in-kernel buffers by their values, or by their values recomputed at the
+    element read (_served); also the level the value waits for."""
     need = 0
     memo: dict[UOp, UOp] = {}
 
@@ -375,9 +412,14 @@ def _substitute(value: UOp, values: dict, levels: dict) -> tuple[UOp, int]:
         nonlocal need
         if u in memo:
             return memo[u]
-        if u.op is Ops.LOAD and u.arg[0] in values:
+        served = _served(u, members[u.arg[0]], x, r) if u.op is Ops.LOAD and u.arg[0] in values else None
+        if served == ():
             need = max(need, levels[u.arg[0]])
             out = kir.cast(values[u.arg[0]][1], u.dtype)
+        elif served is not None:
+            m = members[u.arg[0]]
+            again = visit(m.body(served, ()))
+            out = kir.cast(kir.round_to(again, m.dtype) if emulate else again, u.dtype)
         else:
             src = tuple(visit(s) for s in u.src)
             out = u if src == u.src else UOp(u.op, u.dtype, src, u.arg)
