@@ -268,8 +268,10 @@ def test_addmm_gelu_epilogue_is_one_kernel():
     assert k.stats["extern_calls"] == 1 and k.stats["kernels"] == 1
 
 
-@pytest.mark.parametrize("case", ["mm_used_twice", "alpha", "bias_2d_rows", "other_dtype"])
+@pytest.mark.parametrize("case", ["mm_used_twice", "alpha", "bias_2d_rows", "other_dtype", "mm_plus_itself"])
 def test_mm_plus_bias_is_left_alone_when_addmm_differs(case):
+    """(``mm_plus_itself``: ``x @ w + x @ w`` of one node, from the fuzzer, made an addmm that read
+    the mm it replaced, and the compile failed to eager with ``cannot erase %mm``.)"""
     from tc_inductor.rewrites import rewrite
 
     x, w = torch.randn(8, 16), torch.randn(16, 32)
@@ -277,7 +279,8 @@ def test_mm_plus_bias_is_left_alone_when_addmm_differs(case):
 
     def fn(g, x, w, b):
         mm = g.call(aten.mm.default, x, w)
-        add = g.call(aten.add.Tensor, mm, b, kwargs={"alpha": 2} if case == "alpha" else None)
+        add = g.call(aten.add.Tensor, mm, mm if case == "mm_plus_itself" else b,
+                     kwargs={"alpha": 2} if case == "alpha" else None)
         return (add, mm) if case == "mm_used_twice" else add
 
     g = build(fn, [x, w, b])

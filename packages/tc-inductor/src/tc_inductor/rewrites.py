@@ -116,7 +116,7 @@ def _mm_plus_bias(add: Node) -> tuple[Node, Node] | None:
         return None
     for mm, bias in (add.args, add.args[::-1]):
         if not (isinstance(mm, Node) and mm.op == "call" and mm.target is aten.mm.default
-                and isinstance(bias, Node) and list(mm.users) == [add] and not mm.is_output):
+                and isinstance(bias, Node) and bias is not mm and list(mm.users) == [add] and not mm.is_output):
             continue
         out, b = mm.spec, bias.spec
         if not (isinstance(out, TensorSpec) and isinstance(b, TensorSpec) and isinstance(add.spec, TensorSpec)):
