@@ -24,7 +24,9 @@ first subprocess compiles and runs the model once to fill a fresh ``TC_CACHE_DIR
     opt         ``--full`` training: the AdamW step (eager, as in models.py; its first step
                 allocates the optimizer state: eager pays it too)
     run         everything else in the first call: the compiled code running, the backward (on a
-                GPU, up to the synchronize after the call)
+                GPU, up to the synchronize after the call), of which
+      launch    each Triton kernel's first launch: compared with Triton's own launch path before
+                tc's launcher takes over (``triton_launch.TritonLauncher._first``)
     total       import + every phase of the first call (the warm-start figure; torch excluded)
     eager 1st   the reference: eager's first call in a fresh process (wall), which creates the CUDA
                 libraries' handles and workspaces that a compiled first call creates too
@@ -68,7 +70,7 @@ import time
 MODELS = ("gpt2", "bert", "llama", "cnn")
 FULL_MODELS = ("resnet50", "gpt2", "bert", "vit_b_16", "llama")  # benchmarks/models.py's MODELS
 TASKS = ("infer", "train")
-PHASES = ("import", "fake", "capture", "trace", "lower", "kernels", "triton", "cpp", "opt", "run")
+PHASES = ("import", "fake", "capture", "trace", "lower", "kernels", "triton", "cpp", "opt", "run", "launch")
 COUNTS = ("traces", "lowerings", "builds", "misses", "loaded")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -220,6 +222,7 @@ def _instrument(clock: Clock) -> None:
     import tc_inductor
     import tc_inductor.codegen.build as build
     import tc_inductor.codegen.registry as registry
+    import tc_inductor.codegen.triton_launch as triton_launch
 
     inductor_compile = sys.modules["tc_inductor.compile"]  # the package's ``compile`` is the function
 
@@ -234,6 +237,7 @@ def _instrument(clock: Clock) -> None:
     # kernels built or loaded, and the wrapper's exec; a forward's deferred load (``defer_load``)
     # runs after its inductor.compile returned, inside tc_autograd's compile
     clock.wrap(inductor_compile, "_load", "kernels", outside="inductor")
+    clock.wrap(triton_launch.TritonLauncher, "_first", "launch")  # a part of run
     clock.wrap(tc_inductor, "compile", "inductor")
     registry._load_builtin()  # tc.compile imported both back ends already: a no-op (checked by the caller)
     for entry in registry.BACKENDS:
@@ -248,14 +252,14 @@ def _instrument(clock: Clock) -> None:
 
 def _phases(clock: Clock, seconds: dict[str, float], first_call: float, imported: float) -> dict[str, float]:
     """Disjoint phases from the nested wrapped timings (``seconds`` is clock.wall or clock.cpu);
-    ``triton`` and ``cpp`` are parts of ``kernels``."""
+    ``triton`` and ``cpp`` are parts of ``kernels``, ``launch`` of ``run``."""
     s = {k: seconds.get(k, 0.0) for k in ("miss", "fake", "autograd", "inductor", "kernels", "kernels_outside",
-                                          "triton", "cpp", "triton_outside", "cpp_outside", "opt")}
+                                          "triton", "cpp", "triton_outside", "cpp_outside", "opt", "launch")}
     late = s["triton_outside"] + s["cpp_outside"]  # kernels loaded while running, after their graph's _load
     deferred = s["kernels_outside"]  # in tc_autograd's compile, after inductor.compile returned
     phases = {"import": imported, "fake": s["fake"], "trace": s["autograd"] - s["inductor"] - deferred,
               "lower": s["inductor"] - (s["kernels"] - deferred), "kernels": s["kernels"] + late,
-              "triton": s["triton"], "cpp": s["cpp"], "opt": s["opt"]}
+              "triton": s["triton"], "cpp": s["cpp"], "opt": s["opt"], "launch": s["launch"]}
     # a variant compiled later (the backward's at the first backward) runs outside the capture miss
     compiled_in_miss = min(s["autograd"], max(0.0, s["miss"] - s["fake"]))
     phases["capture"] = max(0.0, s["miss"] - s["fake"] - compiled_in_miss)
@@ -474,8 +478,8 @@ def table(rows: list[dict], kind: str) -> str:
     return "\n".join(lines) + (f"\n({what}; medians over the warm runs; 'cold' is import + first call with an empty "
                                f"cache; 'total' is import + first call, the 'user' column excluded; 'eager 1st' is "
                                f"eager's own first call in a fresh process (wall); 'triton' and "
-                               f"'cpp' are parts of 'kernels'; 'opt' is eager AdamW's step; counts are the last warm "
-                               f"run's; modules loaded by then: {', '.join(loaded)})")
+                               f"'cpp' are parts of 'kernels', 'launch' of 'run'; 'opt' is eager AdamW's step; "
+                               f"counts are the last warm run's; modules loaded by then: {', '.join(loaded)})")
 
 
 def _arguments() -> argparse.Namespace:
