@@ -139,3 +139,25 @@ def test_foreach_extern_with_old_value_read_later_is_not_in_place():
 def test_pairs_out_of_range_are_ignored(pairs):
     x = torch.randn(3)
     run(lambda g, a: (g.call(aten.add.Tensor, a, 1.0),), [x], pairs, 0)
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+def test_a_kernel_that_recomputes_the_written_value_does_not_write_it_in_place(backend):
+    """A layer norm's shift recomputes its input at each row's first element from the input's
+    own inputs (scheduler._served). Written in place, that input's first element would already
+    hold the new value when a later part of the row recomputes it: the update is allocated."""
+    x, w, b = torch.randn(6, 40), torch.randn(40), torch.randn(40)
+
+    def fn(g, a, w, b):
+        new = g.call(aten.add.Tensor, g.call(aten.mul.Tensor, a, 3.0), 1.0)
+        normed = g.call(operator.getitem, g.call(aten.native_layer_norm.default, new, [40], w, b, 1e-5), 0)
+        return new, normed
+    g = build(fn, [x, w, b])
+    compiled = tc_inductor.compile(g, [x, w, b], {"inplace_outputs": {0: 0}, "cache": False, "backend": backend})
+    assert compiled.stats["kernels"] == 1 and compiled.stats["inplace_outputs"] == 0
+    for _ in range(2):
+        fresh = [torch.randn_like(x), w, b]
+        expected = tc_ir.interpret(g, [t.clone() for t in fresh])
+        got = compiled(*fresh)
+        assert_same(got, expected)
+        assert got[0] is not fresh[0]

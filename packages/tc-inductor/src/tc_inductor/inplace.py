@@ -30,7 +30,7 @@ import torch
 
 import tc_ir
 
-from . import kir
+from . import kir, scheduler
 from .graph_lowering import LoweredGraph
 from .ir import BufferValue, ComputedBuffer, ExternCall, strided_index
 from .kir import Ops
@@ -81,10 +81,17 @@ def plan(lowered: LoweredGraph, steps: list, layouts: dict, pairs: dict, reads_o
         """The input's old value is read by no step from ``position`` on, nor through a view."""
         return source not in viewed and source not in taken and all(source not in r for r in reads[position:])
 
+    recomputed: dict = {}  # group -> scheduler.recomputed(group)
+
     def free_in_kernel(member: ComputedBuffer, source: str, position: int, group: Any) -> bool:
         """Free after this kernel, and read in it only by ``member``, each element at the index
-        it writes (loaded before it is stored, in the same iteration)."""
+        it writes (loaded before it is stored, in the same iteration), and ``member`` is not
+        recomputed at other elements (scheduler.recomputed: that would read ``source`` there)."""
         if not free_after(source, position + 1) or source in viewed or source in taken:
+            return False
+        if group not in recomputed:
+            recomputed[group] = scheduler.recomputed(group)
+        if member.name in recomputed[group]:
             return False
         others = [m for m in group.members if m is not member]
         return all(source not in reads_of(m) for m in others) and _reads_own_elements(member, source)

@@ -285,6 +285,28 @@ def _served(load: UOp, m: ComputedBuffer, x: tuple, r: tuple) -> tuple | None:
     return start if start != index and sympy.expand(m.store_index(start) - load.arg[1]) == 0 else None
 
 
+def recomputed(group: Group) -> set[str]:
+    """The members that ``group``'s kernel recomputes at other elements than their own
+    (_served). Their inputs are read there too, at elements other iterations (other GPU threads)
+    may already have written: none of them may be stored over one of its inputs in place."""
+    found: set[str] = set()
+    if not group.r:  # (no row to start: nothing is recomputed)
+        return found
+    members = {m.name: m for m in group.members}
+
+    def visit(value: UOp) -> None:
+        for u in value.toposort():
+            if u.op is Ops.LOAD and u.arg[0] in members:
+                served = _served(u, members[u.arg[0]], group.x, group.r)
+                if served and u.arg[0] not in found:  # (an index: recomputed there)
+                    found.add(u.arg[0])
+                    visit(members[u.arg[0]].body(served, ()))
+
+    for m in group.members:
+        visit(node_value(m, group.x, group.r))
+    return found
+
+
 # Random draws a kernel takes from horizontal fusion. A dropout mask reads nothing but its seed,
 # so every mask of a forward could join one kernel: GPT-2's and BERT's training forwards on the
 # H100 drew 24 masks in their first kernel, whose 24 Philox generators took Triton 11-13 s to
