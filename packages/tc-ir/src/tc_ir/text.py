@@ -345,7 +345,11 @@ def _parse_rhs(graph: Graph, name: str, spec: Any, rhs: str, evaluator: _Evaluat
     return graph._add(name, "call", target, args, kwargs, spec)
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_spec(text: str) -> Any:
+    """A spec from its text. Memoised: a graph repeats few specs (GPT-2's training graphs:
+    ~3,000 nodes), and specs are frozen, so one parse serves every equal text (a warm process
+    parses its cached traces: ``tc_autograd/cache.py``)."""
     text = text.strip()
     if text == "?":
         return None
@@ -356,7 +360,7 @@ def parse_spec(text: str) -> Any:
         return ScalarSpec(SCALAR_TYPES[scalar], parse_size(expr))
     if text.startswith("(") and text.endswith(")"):
         return tuple(parse_spec(part) for part in _split_top(text[1:-1]) if part.strip())
-    match = re.match(r"^(\w+)\[(.*?)\] (\S+)( stride=\[(.*?)\])?( grad)?$", text)
+    match = _TENSOR_SPEC.match(text)
     if not match or match.group(1) not in DTYPES_BY_NAME:
         raise ParseError(f"malformed spec {text[:80]!r}")
     dtype, shape, device, _, stride, grad = match.groups()
@@ -368,6 +372,9 @@ def parse_spec(text: str) -> Any:
     except Exception as e:
         raise ParseError(f"malformed spec {text[:80]!r}: {e}") from None
 
+
+_TENSOR_SPEC = re.compile(r"^(\w+)\[(.*?)\] (\S+)( stride=\[(.*?)\])?( grad)?$")
+_INT = re.compile(r"-?\d{1,20}")
 
 _SIZE_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
              ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
@@ -381,7 +388,7 @@ def parse_size(text: str) -> int | sympy.Expr:
     text = text.strip()
     if len(text) > 256:
         raise ParseError(f"size expression too long ({len(text)} characters)")
-    if re.fullmatch(r"-?\d{1,20}", text):
+    if _INT.fullmatch(text):
         return int(text)
     expr = _size_expr(ast.parse(text, mode="eval").body)
     return int(expr) if expr.is_Integer else expr
