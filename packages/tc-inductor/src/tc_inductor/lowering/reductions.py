@@ -181,7 +181,7 @@ def _sums(ctx, x: TensorValue, dims: tuple, keep_shape: tuple, acc: torch.dtype)
             total, sq = split
             return Pointwise(keep_shape, acc, x.device, lambda index: kir.binary(
                 Ops.TRUEDIV, total.load(index), kir.size_value(count, acc))), sq
-    first = lambda full: tuple(sympy.Integer(0) if k in dims else i for k, i in enumerate(full))  # noqa: E731
+    first = lambda full: _row_start(full, dims)  # noqa: E731
     shift = x.ndim and count != 0  # (an empty row has no first value)
     shifted = (lambda full: kir.binary(Ops.SUB, value(full), value(first(full)))) if shift else value  # noqa: E731
     total = reduce(ctx, x, dims, True, "sum", keep_shape, acc, shifted)
@@ -196,6 +196,12 @@ def _sums(ctx, x: TensorValue, dims: tuple, keep_shape: tuple, acc: torch.dtype)
     mean = Pointwise(keep_shape, acc, x.device, lambda index: kir.binary(Ops.ADD, value(index), shifted_mean(index))
                      if shift else shifted_mean(index))
     return mean, reduce(ctx, x, dims, True, "sum", keep_shape, acc, centered)
+
+
+def _row_start(full, dims):
+    """The index ``full`` with every reduced dim at 0: its row's first element, and the element a
+    keepdim statistic of the row is stored at."""
+    return tuple(sympy.Integer(0) if d in dims else i for d, i in enumerate(full))
 
 
 def _keep_index(index, dims, ndim):
@@ -229,7 +235,7 @@ def _softmax_parts(ctx, x: TensorValue, dim: int, acc: torch.dtype):
     keep_shape = tuple(1 if d in dims else s for d, s in enumerate(x.shape))
     xv = lambda full: kir.cast(x.load(full), acc)  # noqa: E731
     mx = reduce(ctx, x, dims, True, "max", keep_shape, acc, xv)
-    row = lambda full: tuple(sympy.Integer(0) if d in dims else i for d, i in enumerate(full))  # noqa: E731
+    row = lambda full: _row_start(full, dims)  # noqa: E731
     shifted = lambda full: kir.binary(Ops.SUB, xv(full), mx.load(row(full)))  # noqa: E731
     total = reduce(ctx, x, dims, True, "sum", keep_shape, acc, lambda full: kir.unary(Ops.EXP, shifted(full)))
     return shifted, total, row
@@ -257,7 +263,7 @@ def _layer_norm(ctx, x, normalized_shape, weight, bias, eps):
     mean, var = _moments(ctx, x, dims, 0, True, mean_spec.shape, acc)
     rstd = Pointwise(var.shape, acc, x.device, lambda index: kir.unary(
         Ops.RSQRT, kir.binary(Ops.ADD, var.load(index), kir.const(eps, acc))))
-    row = lambda full: tuple(sympy.Integer(0) if d in dims else i for d, i in enumerate(full))  # noqa: E731
+    row = lambda full: _row_start(full, dims)  # noqa: E731
 
     def body(index):
         v = kir.binary(Ops.MUL, kir.binary(Ops.SUB, kir.cast(x.load(index), acc), mean.load(row(index))),
