@@ -15,7 +15,6 @@ import functools
 import inspect
 import operator
 import os
-import sysconfig
 import types
 import weakref
 
@@ -25,7 +24,7 @@ import tc_ir
 
 from ..cache import sources as S
 from . import numpy_funcs, numpy_ops, queries, stdlib_collections, stdlib_iter, torch_features  # noqa: F401  (they register BUILTINS)
-from .base import Unsupported, defines, hashable
+from .base import OPTIM_DIR, STDLIB_DIR, TORCH_DIR, Unsupported, defines, hashable, real_path
 from .builtins_ import BUILTINS, CALLABLE_TYPES, bind_namedtuple
 from .cond import capture_cond
 from .contexts import CONTEXT_CLASSES, make_context, restore
@@ -50,16 +49,13 @@ from .variables import (
     V,
 )
 
-# Folder prefixes end with a separator: ".../site-packages/torch" must not match torchvision.
-_STDLIB = os.path.join(os.path.realpath(sysconfig.get_paths()["stdlib"]), "")
-_TORCH_DIR = os.path.join(os.path.dirname(os.path.realpath(torch.__file__)), "")
-_INLINE_TORCH = (os.path.join(_TORCH_DIR, "nn", "modules", ""),  # torch's modules' forwards
+_INLINE_TORCH = (os.path.join(TORCH_DIR, "nn", "modules", ""),  # torch's modules' forwards
                  # DDP's forward: Python around `self.module(...)` (its reducer calls break)
-                 os.path.join(_TORCH_DIR, "nn", "parallel", ""),
-                 os.path.join(_TORCH_DIR, "utils", "_contextlib.py"),  # @torch.no_grad() as a decorator
-                 os.path.join(_TORCH_DIR, "optim", ""),
+                 os.path.join(TORCH_DIR, "nn", "parallel", ""),
+                 os.path.join(TORCH_DIR, "utils", "_contextlib.py"),  # @torch.no_grad() as a decorator
+                 OPTIM_DIR,
                  # optimizers' step() (see README: optimizers) asks which devices have foreach kernels
-                 os.path.join(_TORCH_DIR, "utils", "_foreach_utils.py"))
+                 os.path.join(TORCH_DIR, "utils", "_foreach_utils.py"))
 # Standard-library code that library models run and that is plain Python with no hidden state:
 # ``nullcontext`` (transformers' ``maybe_autocast``) and the default ``__enter__`` of
 # ``AbstractContextManager`` subclasses.
@@ -68,7 +64,7 @@ _INLINE_STDLIB = {contextlib.nullcontext.__init__.__code__, contextlib.nullconte
 # Standard-library files whose Python code is inlined like the user's: ``Counter``'s methods and
 # the methods of namedtuple classes (``_replace``, ``_make``, ``_asdict``) are plain Python over
 # dicts and tuples (their one C helper, ``_count_elements``, is modelled in stdlib_collections).
-_INLINE_STDLIB_FILES = {os.path.realpath(collections.__file__)}
+_INLINE_STDLIB_FILES = {real_path(collections.__file__)}
 _CO_ASYNC = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 _UNSAFE_TORCH = {"manual_seed", "seed", "save", "load", "set_default_dtype", "set_default_device",
                  "set_grad_enabled", "use_deterministic_algorithms", "set_printoptions", "compile",
@@ -287,8 +283,6 @@ def _deref(f, ref: Const) -> V:
     return f.session.wrap(target, source)
 
 
-_OPTIM_DIR = os.path.join(_TORCH_DIR, "optim")
-
 
 def _dynamo_disabled_optim(fn) -> types.FunctionType | None:
     """An optimizer method wrapped by ``torch._dynamo.disable`` (importing Dynamo wraps
@@ -297,7 +291,7 @@ def _dynamo_disabled_optim(fn) -> types.FunctionType | None:
     inner = getattr(fn, "__wrapped__", None)
     if not isinstance(inner, types.FunctionType) or not fn.__code__.co_filename.endswith("eval_frame.py"):
         return None
-    return inner if os.path.realpath(inner.__code__.co_filename).startswith(_OPTIM_DIR) else None
+    return inner if real_path(inner.__code__.co_filename).startswith(OPTIM_DIR) else None
 
 
 def _is_dynamo_marker(fn) -> bool:
@@ -612,13 +606,13 @@ def _skip_reason(fn) -> str | None:
     code = fn.__code__ if not isinstance(fn, FuncV) else fn.code
     if code.co_flags & _CO_ASYNC:
         return f"{code.co_name} is a coroutine"
-    path = os.path.realpath(code.co_filename)
+    path = real_path(code.co_filename)
     if code in _INLINE_STDLIB or path in _INLINE_STDLIB_FILES:
         return None
-    if path.startswith(_STDLIB) and "site-packages" not in path and "dist-packages" not in path:
+    if path.startswith(STDLIB_DIR) and "site-packages" not in path and "dist-packages" not in path:
         return f"{_name(fn)} lives in the standard library ({os.path.basename(path)})"
-    if path.startswith(_TORCH_DIR) and not path.startswith(_INLINE_TORCH):
-        return f"{_name(fn)} is torch internals ({os.path.relpath(path, _TORCH_DIR)})"
+    if path.startswith(TORCH_DIR) and not path.startswith(_INLINE_TORCH):
+        return f"{_name(fn)} is torch internals ({os.path.relpath(path, TORCH_DIR)})"
     return None
 
 

@@ -25,18 +25,16 @@ import functools
 import operator
 import os
 import sys
-import sysconfig
 import types
 
 import torch
 
-from .base import Unsupported, call_function, hashable
+from .base import STDLIB_DIR, TORCH_DIR, Unsupported, call_function, hashable, real_path
 from .builtins_ import BUILTINS
 from .pyops import realize_const
 from .stdlib_misc import numpy_scalar
 from .variables import BoundV, CellV, Const, DictV, FuncV, ObjV, V
 
-_STDLIB = os.path.join(os.path.realpath(sysconfig.get_paths()["stdlib"]), "")
 _CLASS_BODY_CALLS = {property, staticmethod, classmethod, functools.cached_property, dataclasses.field, enum.auto,
                      abc.abstractmethod, functools.total_ordering}
 _PROPERTY_METHODS = {"setter", "getter", "deleter"}
@@ -54,7 +52,7 @@ _NULL, _UNKNOWN, _LOCAL = ("null",), ("unknown",), "local"
 def _in_stdlib(obj) -> bool:
     module = sys.modules.get(getattr(obj, "__module__", None) or "")
     path = getattr(module, "__file__", None) or ""
-    return obj.__module__ == "builtins" or os.path.realpath(path).startswith(_STDLIB) and "site-packages" not in path
+    return obj.__module__ == "builtins" or real_path(path).startswith(STDLIB_DIR) and "site-packages" not in path
 
 
 def _resolve(name: str, stored: set, globals_: dict):
@@ -312,7 +310,7 @@ def _enum_call(f, cls, args, kwargs) -> V:
         raise Unsupported(f"{cls.__qualname__}() raised {type(e).__name__}: {e}") from e
 
 
-_STATELESS_OK = os.path.join(os.path.dirname(os.path.realpath(torch.__file__)), "nn", "modules", "")
+_STATELESS_OK = os.path.join(TORCH_DIR, "nn", "modules", "")
 
 
 def _torch_module(f, cls, args, kwargs) -> V:
@@ -320,7 +318,7 @@ def _torch_module(f, cls, args, kwargs) -> V:
     time when it holds no state — torch's own class, constant arguments, no parameters and no
     buffers — and then a constant of the entry, called like any module (its ``forward`` inlined).
     Modules with parameters are initialised randomly on every eager call: a graph break."""
-    path = os.path.realpath(sys.modules[cls.__module__].__file__ or "")
+    path = real_path(sys.modules[cls.__module__].__file__ or "")
     if not path.startswith(_STATELESS_OK):
         raise Unsupported(f"creating a module ({cls.__name__}) of a class that is not torch's own inside a captured function")
     try:

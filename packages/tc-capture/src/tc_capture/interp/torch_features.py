@@ -22,7 +22,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import types
 
@@ -31,14 +30,13 @@ import torch.utils.checkpoint
 
 import tc_ir
 
-from .base import Unsupported, call_function
+from .base import OPTIM_DIR, Unsupported, call_function, real_path
 from .record import _spec, record, wrap_result
 from .subgraphs import trace_sub
 from .variables import Const, DictV, ListV, ObjV, TensorV, TupleV, V
 
 _APPLY = torch.autograd.Function.apply.__func__
 _CHECKPOINT = torch.utils.checkpoint.checkpoint
-_OPTIM_DIR = os.path.join(os.path.dirname(os.path.realpath(torch.__file__)), "optim", "")
 
 
 def rule(value):
@@ -61,7 +59,7 @@ def rule(value):
 def _optim_internal(fn) -> bool:
     """``Optimizer`` methods that importing Dynamo wraps with ``disable``: tc inlines those."""
     inner = getattr(fn, "__wrapped__", None)
-    return isinstance(inner, types.FunctionType) and os.path.realpath(inner.__code__.co_filename).startswith(_OPTIM_DIR)
+    return isinstance(inner, types.FunctionType) and real_path(inner.__code__.co_filename).startswith(OPTIM_DIR)
 
 
 def _disabled(f, fn: Const, args, kwargs) -> V:
