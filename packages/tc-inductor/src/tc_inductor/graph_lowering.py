@@ -81,6 +81,7 @@ class GraphLowering:
         self._depth = 0
         self._stored_bases: dict = {}  # Pointwise -> BufferValue: view bases stored for externs
         self._reductions: dict = {}  # _reduction_key -> (BufferValue, len(steps) then): reductions done
+        self._nhwc_shapes: set = set()  # while a region node lowers: the shapes it stores channels-last
         self.seeds: dict[str, tuple] = {}  # seed buffer name -> (device, slots used)
         self.size_plan = binding_plan(graph)  # raises SymbolicUnsupported for sizes it cannot bind
         # nodes stored channels-last around convolutions (layout.py); static graphs only
@@ -100,7 +101,8 @@ class GraphLowering:
             stride = getattr(value, "preferred_stride", None) or contiguous_strides(value.shape)
         stride = tuple(stride)
         if self._cl and layout.is_channels_last(value.shape, stride):
-            buf = _in_storage_order(self.new_name(), value, stride)
+            buf = _in_storage_order(self.new_name(), tuple(value.shape), stride, value.dtype, value.device,
+                                    lambda index, rindex, value=value: value.load(index))
         else:
             buf = ComputedBuffer(self.new_name(), value.shape, stride, value.dtype, value.device,
                                  lambda index, rindex, value=value: value.load(index))
@@ -143,6 +145,11 @@ class GraphLowering:
         split = split_reduction.plan(shape, rranges, reduction_type, body if self._cpp(device) else None)
         if split is not None:
             result = self._split_reduction(shape, dtype, device, body, rranges, reduction_type, reduced_dims, split)
+        elif tuple(shape) in self._nhwc_shapes:  # max pooling's window reduction in the conv region
+            buf = _in_storage_order(self.new_name(), tuple(shape), layout.channels_last_strides(tuple(shape)), dtype,
+                                    device, body, rranges, reduction_type, reduced_dims)
+            self._add_computed(buf)
+            result = buf.value()
         else:
             buf = ComputedBuffer(self.new_name(), tuple(shape), contiguous_strides(shape), dtype, device, body,
                                  tuple(rranges), reduction_type, tuple(reduced_dims))
@@ -150,6 +157,14 @@ class GraphLowering:
             result = buf.value()
         self._reductions[key] = (result, len(self.steps))
         return result
+
+    def _region_shapes(self, node: Node) -> set:
+        """The 4-D shapes of ``node``'s values that the conv region stores channels-last: its own,
+        or its items' (``max_pool2d_with_indices``)."""
+        if not self._cl:
+            return set()
+        items = [node] + [u for u in node.users if u.target is operator.getitem]
+        return {tuple(n.spec.shape) for n in items if n in self._cl and isinstance(n.spec, TensorSpec)}
 
     def moments(self, shape, dtype, device, body, rranges, reduced_dims=()) -> tuple[BufferValue, BufferValue] | None:
         """(sum, sum of squared deviations from the mean) of ``body`` over ``rranges`` in
@@ -172,6 +187,8 @@ class GraphLowering:
         if known is None or any(isinstance(s, ExternCall) and s.mutates for s in self.steps[known[1]:]):
             return None
         value = known[0]
+        if tuple(value.stride) != contiguous_strides(value.shape):  # stored channels-last: as it is
+            return value if tuple(value.shape) == tuple(shape) else None
         return BufferValue(value.name, tuple(shape), contiguous_strides(shape), value.dtype, value.device)
 
     def _cpp(self, device) -> bool:
@@ -268,9 +285,17 @@ class GraphLowering:
             if isinstance(args[0], RuntimeValue):
                 return self.extern(node, args, kwargs, "item of an opaque value")
             # an item of a multi-output lowering (layer norm's output) is realized like any value
-            return self._maybe_realize(node, args[0][args[1]])
+            item = args[0][args[1]]
+            if node in self._cl and isinstance(item, Pointwise):  # max pooling's: stored NHWC
+                item.preferred_stride = layout.channels_last_strides(tuple(item.shape))
+            return self._maybe_realize(node, item)
         spec = corrected_spec(node.target, node.spec, args, kwargs)
-        result = self.lower_call(node, node.target, spec, args, kwargs)
+        outer = self._nhwc_shapes  # a decomposition's calls lower inside their node's lowering
+        self._nhwc_shapes = outer | self._region_shapes(node)
+        try:
+            result = self.lower_call(node, node.target, spec, args, kwargs)
+        finally:
+            self._nhwc_shapes = outer
         for value, leaf in zip(tc_ir.leaves(result), tc_ir.leaves(spec)):
             if isinstance(value, Pointwise) and isinstance(leaf, TensorSpec) and _dense(leaf) \
                     and tuple(leaf.shape) == tuple(value.shape):
@@ -475,21 +500,23 @@ def _stride_of(v: TensorValue) -> tuple:
     return v.stride if isinstance(v, BufferValue) else contiguous_strides(v.shape)
 
 
-def _in_storage_order(name: str, value: TensorValue, stride: tuple) -> ComputedBuffer:
-    """A buffer of ``value`` laid out with the permuted dense ``stride``, computed over its dims
-    in storage order (outermost first), so the kernel writes memory contiguously and fuses with
-    others laid out alike; ``view`` is the value as the graph sees it."""
+def _in_storage_order(name: str, shape: tuple, stride: tuple, dtype: Any, device: Any, body: Callable,
+                      rranges: tuple = (), reduction_type: str | None = None, reduced_dims: tuple = ()) -> ComputedBuffer:
+    """A buffer of ``body`` (a lazy value's, or a reduction's) over ``shape``, laid out with the
+    permuted dense ``stride`` and computed over its dims in storage order (outermost first), so the
+    kernel writes memory contiguously and fuses with others laid out alike; ``view`` is the value
+    as the graph sees it."""
     order = sorted(range(len(stride)), key=lambda d: (-stride[d], d))
-    shape = tuple(value.shape[d] for d in order)
 
-    def body(index, rindex, value=value):
+    def permuted(index, rindex):
         logical = [None] * len(order)
         for k, d in enumerate(order):
             logical[d] = index[k]
-        return value.load(tuple(logical))
+        return body(tuple(logical), rindex)
 
-    return ComputedBuffer(name, shape, contiguous_strides(shape), value.dtype, value.device, body,
-                          view=(tuple(value.shape), stride))
+    stored = tuple(shape[d] for d in order)
+    return ComputedBuffer(name, stored, contiguous_strides(stored), dtype, device, permuted, tuple(rranges),
+                          reduction_type, tuple(order.index(d) for d in reduced_dims), view=(tuple(shape), stride))
 
 
 def _expensive(value: Pointwise) -> bool:

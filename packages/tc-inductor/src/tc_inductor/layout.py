@@ -124,6 +124,10 @@ def region(graph: tc_ir.Graph, free_outputs: tuple = ()) -> set[Node]:
         for user in node.users:  # what reads a region value: follows it
             if _elementwise_like(user):
                 add(user)
+            elif _elementwise_like_items(user):  # max pooling's values and indices
+                for item in user.users:
+                    if item.target is _getitem():
+                        add(item)
         for arg in tc_ir.leaves((node.args, node.kwargs)):  # what feeds one, of the same shape
             if isinstance(arg, Node) and _elementwise_like(arg) and _is4d(arg) and \
                     tuple(arg.spec.shape) == tuple(node.spec.shape):
@@ -160,6 +164,17 @@ def _elementwise_like(node: Node) -> bool:
     if target in EXTERN_PREFERRED or is_view(target) or tc_ir.is_mutating(target):
         return False
     return True
+
+
+def _elementwise_like_items(node: Node) -> bool:
+    """A call like ``_elementwise_like`` whose result is a tuple of 4-D tensors
+    (``max_pool2d_with_indices``): its items' layouts are ours to choose, each on its own."""
+    target = node.target
+    if node.op != "call" or not isinstance(target, torch._ops.OpOverload) or not isinstance(node.spec, tuple):
+        return False
+    if target in EXTERN_PREFERRED or is_view(target) or tc_ir.is_mutating(target):
+        return False
+    return all(isinstance(s, TensorSpec) and s.ndim == 4 and s.is_static for s in node.spec)
 
 
 def _storage_read(graph: tc_ir.Graph) -> set[Node]:
