@@ -30,7 +30,7 @@ from tc_ir import Node, TensorSpec
 
 from .decompositions import EXTERN_PREFERRED
 from .ir import is_dense
-from .padding import escaping, is_view
+from .padding import aliases, escaping
 
 aten = torch.ops.aten
 
@@ -161,7 +161,7 @@ def _elementwise_like(node: Node) -> bool:
     target = node.target
     if node.op != "call" or not isinstance(target, torch._ops.OpOverload) or not _is4d(node):
         return False
-    if target in EXTERN_PREFERRED or is_view(target) or tc_ir.is_mutating(target):
+    if target in EXTERN_PREFERRED or aliases(node) or tc_ir.is_mutating(target):
         return False
     return True
 
@@ -172,7 +172,7 @@ def _elementwise_like_items(node: Node) -> bool:
     target = node.target
     if node.op != "call" or not isinstance(target, torch._ops.OpOverload) or not isinstance(node.spec, tuple):
         return False
-    if target in EXTERN_PREFERRED or is_view(target) or tc_ir.is_mutating(target):
+    if target in EXTERN_PREFERRED or aliases(node) or tc_ir.is_mutating(target):
         return False
     return all(isinstance(s, TensorSpec) and s.ndim == 4 and s.is_static for s in node.spec)
 

@@ -73,6 +73,21 @@ def is_view(target: Any) -> bool:
     return not schema.is_mutable and any(r.alias_info is not None for r in schema.returns)
 
 
+def aliases(node: Node) -> bool:
+    """Whether the value of call ``node`` may share storage with an operand: a view op's does,
+    except a ``to`` that converts (another dtype or device: always a new tensor; the autocast
+    casts around batch norm are such, and counting them as views kept ResNet-50's stem relu out
+    of the channels-last region)."""
+    if not is_view(node.target):
+        return False
+    if node.target.overloadpacket is not torch.ops.aten.to or not node.args:
+        return True
+    source, spec = node.args[0], node.spec
+    if not isinstance(source, Node) or not isinstance(source.spec, TensorSpec) or not isinstance(spec, TensorSpec):
+        return True
+    return source.spec.dtype == spec.dtype and torch.device(source.spec.device) == torch.device(spec.device)
+
+
 def escaping(roots: list[Node]) -> set[Node]:
     """Nodes whose storage one of ``roots`` (outputs) may share: the roots, and what they view.
     A call that is not an ATen op (cond, getitem) may return its operands, so those escape too."""
@@ -83,7 +98,7 @@ def escaping(roots: list[Node]) -> set[Node]:
         if node in seen:
             continue
         seen.add(node)
-        if node.op == "call" and (is_view(node.target) or not isinstance(node.target, torch._ops.OpOverload)):
+        if node.op == "call" and (not isinstance(node.target, torch._ops.OpOverload) or aliases(node)):
             pending += [v for v in tc_ir.leaves((node.args, node.kwargs)) if isinstance(v, Node)]
     return seen
 
@@ -94,7 +109,7 @@ def _mutated(node: Node) -> bool:
         user = users.pop()
         if user.op == "call" and tc_ir.is_mutating(user.target):
             return True
-        if user.op == "call" and is_view(user.target):
+        if user.op == "call" and aliases(user):
             users += list(user.users)
     return False
 
