@@ -172,9 +172,8 @@ def partition(joint: tc_ir.Graph, strategy: str = "min_cut") -> Partition:
     values, grads = joint.outputs
     primals, tangents = _roles(joint)
     forward = subgraph(joint, f"{joint.name}_forward", primals, tuple(values) + tuple(saved))
-    # With checkpoint regions, each recomputed node goes just before its first use.
-    order = backward_order(joint, saved) if any("recompute" in n.meta for n in joint.calls) else None
-    backward = subgraph(joint, f"{joint.name}_backward", saved + tangents, grads, order)
+    # each recomputed node goes just before its first use, not all at the backward's start
+    backward = subgraph(joint, f"{joint.name}_backward", saved + tangents, grads, backward_order(joint, saved))
     return Partition(tc_ir.dce(forward, inplace=True), tc_ir.dce(backward, inplace=True), saved)
 
 
