@@ -39,6 +39,27 @@ def test_min_cut_recomputes_pointwise_but_not_matmul():
     assert aten.addmm.default in saved and aten.addmm.default not in backward  # saved, never recomputed
 
 
+def test_recomputed_values_are_placed_before_their_first_use():
+    """Each recomputed activation comes just before its first backward use (``backward_order``),
+    not all at the backward's start: the deepest layer's is recomputed first, and the first
+    layer's after the later layers' gradient matmuls (ResNet-50's backward had recomputed every
+    activation of three stages at its start: one kernel, all of them alive at once)."""
+    def make():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 32), nn.GELU(), nn.Linear(32, 32), nn.GELU(),
+                             nn.Linear(32, 8))
+
+    compiled = check(make, lambda: [torch.randn(4, 16)])
+    calls = compiled.backward_graph.calls
+    aten = torch.ops.aten
+    gelus = [i for i, n in enumerate(calls) if n.target is aten.gelu.default]
+    matmuls = [i for i, n in enumerate(calls) if n.target in (aten.mm.default, aten.addmm.default)]
+    assert len(gelus) == 3 and matmuls
+    assert any(gelus[0] < m < gelus[-1] for m in matmuls)  # interleaved with the backward's own work
+    for i in gelus:  # each right before a use, its neighbour reading it
+        assert any(calls[i] in tc_ir.leaves((n.args, n.kwargs)) for n in calls[i + 1:i + 3])
+
+
 def test_aot_logging_shows_graphs_and_saved_summary(caplog):
     logger = tc_ir.logs.get_logger("aot")
     logger.setLevel(logging.DEBUG)

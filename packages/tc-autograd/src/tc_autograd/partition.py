@@ -9,7 +9,8 @@ over the data-flow graph (:mod:`tc_autograd.mincut`), as AOTAutograd does: each 
 into an in/out pair joined by an edge costing its size in bytes, so the cut edges are the saved
 nodes. Nodes whose op is expensive (matmul, convolution, reductions) or random are tied to the
 source: if the backward needs them they are saved, never recomputed; cheap pointwise and view ops
-are free to be recomputed in the backward instead of saved.
+are free to be recomputed in the backward instead of saved. The backward graph places each
+recomputed node just before its first use (:func:`~tc_autograd.checkpoint.backward_order`).
 
 Both honour checkpoint regions (:mod:`tc_autograd.checkpoint`): a node tagged
 ``meta["recompute"]`` that :func:`~tc_autograd.checkpoint.must_recompute` names is never saved
