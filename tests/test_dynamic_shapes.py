@@ -155,6 +155,34 @@ def test_conv_net_with_max_pool():
         _check(cm, m, torch.randn(B, 3, H, H))
 
 
+class StridedConv(nn.Module):
+    def __init__(self, k: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, k, stride=2, padding=1)
+        self.conv2 = nn.Conv2d(8, 4, 3, stride=2, padding=1, bias=False)
+
+    def forward(self, x):
+        return self.conv2(self.conv1(x).relu()).relu() * 2
+
+
+@pytest.mark.parametrize("kernels", ["cpp", "triton"])
+def test_a_symbolic_kernel_size_under_floor_division(kernels):
+    """Instances of one class with different kernel sizes share ``forward``'s cache, so the second
+    size makes the weight's dims symbols: the output width ``floor(-k/2) + 8`` floors a negative
+    numerator, which C++ and Triton divide toward zero (-1 for k = 3) and the wrapper toward minus
+    infinity (-2). Kernels indexed past the buffers the wrapper sized: a heap corruption (found by
+    random conv nets, seeds 2 then 4). Now printed as an exact floor division."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for k in (1, 3, 5, 3):
+            torch.manual_seed(k)
+            m = StridedConv(k)
+            cm = tc.compile(m, options=KERNELS[kernels])
+            for H in (12, 9):
+                _check(cm, m, torch.randn(2, 3, H, 12))
+    _no_fallback(caught)
+
+
 class Branchy(nn.Module):
     def __init__(self):
         super().__init__()

@@ -38,3 +38,30 @@ def test_indirect_index_names_are_the_same_in_every_process():
     assert len(names) == 1, names
     first, second = names.pop().split()
     assert first != second and first.startswith("ind_")
+
+
+def test_a_floor_of_a_possibly_negative_size_divides_exactly():
+    """C++ and Triton divide integers toward zero, the Python wrapper toward minus infinity: a
+    size ``floor(-s/2)`` (a convolution over a symbolic kernel size) printed as ``-s / 2`` made
+    kernels index past the buffers the wrapper had sized. A numerator known non-negative keeps
+    the plain division."""
+    import sympy
+
+    from tc_inductor.codegen.common import print_index
+
+    s = sympy.Symbol("s3", integer=True, positive=True)
+    negative, positive = sympy.floor(-s / 2) + 8, sympy.floor(s / 2)
+    assert "tc_floordiv<int64_t>" in print_index(negative, {}, "/")
+    assert print_index(positive, {}, "/") == "(s3 / 2)" and print_index(positive, {}, "tl") == "(s3 // 2)"
+    triton_text, python_text = print_index(negative, {}, "tl"), print_index(negative, {}, "//")
+    # Triton's text divides only non-negative values (either rounding then agrees): its value
+    # under Python's rounding is the one under Triton's
+    assert "tl.where(" in triton_text and ">= 0" in triton_text
+
+    class TL:
+        where = staticmethod(lambda c, a, b: a if c else b)
+
+    for v in range(1, 9):
+        want = (-v) // 2 + 8
+        assert eval(python_text, {"s3": v}) == want
+        assert eval(triton_text, {"s3": v, "tl": TL}) == want

@@ -16,16 +16,22 @@ def pointer_name(buffer: str) -> str:
 
 
 def print_index(expr: sympy.Expr, names: dict[str, str], floordiv: str = "/") -> str:
-    """Print an index expression; ``names`` renames symbols (indirect indices, sizes)."""
+    """Print an index expression; ``names`` renames symbols (indirect indices, sizes).
+
+    ``floordiv`` names the dialect: ``"/"`` C++, ``"//"`` Python (the wrapper), ``"tl"`` a Triton
+    kernel. C++ and Triton divide integers toward zero, Python toward minus infinity: the same text
+    ``(-s3 // 2)`` is -1 in a kernel and -2 in the wrapper that sized its buffers, for a kernel
+    height s3 = 3 (a convolution's output size over a symbolic kernel: writes past the buffer).
+    So a floor whose numerator is not known non-negative is printed as an exact floor division."""
     expr = sympy.sympify(expr)
     if expr.is_Integer:
         value = int(expr)
         return f"{value}" if abs(value) < 2**31 else f"{value}LL" if floordiv == "/" else f"{value}"
     if expr.is_Symbol:
         return names.get(expr.name, expr.name)
-    if isinstance(expr, FloorDiv):
+    if isinstance(expr, FloorDiv):  # of a non-negative index (its contract): every dialect agrees
         a, b = (print_index(x, names, floordiv) for x in expr.args)
-        return f"({a} {floordiv} {b})"
+        return f"({a} {_DIVIDE[floordiv]} {b})"
     if isinstance(expr, (ModIndex, sympy.Mod)):  # sizes and indices are non-negative: C's % is Python's
         a, b = (print_index(x, names, floordiv) for x in expr.args)
         return f"({a} % {b})"
@@ -34,7 +40,9 @@ def print_index(expr: sympy.Expr, names: dict[str, str], floordiv: str = "/") ->
         if isinstance(expr, sympy.ceiling):
             num = num + den - 1
         a, b = print_index(num, names, floordiv), print_index(den, names, floordiv)
-        return f"({a} {floordiv} {b})"
+        if (num.is_nonnegative and den.is_positive) or floordiv == "//":
+            return f"({a} {_DIVIDE[floordiv]} {b})"
+        return _EXACT_FLOOR[floordiv].format(a=a, b=b)
     if isinstance(expr, (sympy.Max, sympy.Min)):  # contiguous strides of a size only known >= 0: Max(1, s - 2)
         return _print_minmax(expr, [print_index(a, names, floordiv) for a in expr.args], floordiv)
     if expr.is_Add:
@@ -47,14 +55,23 @@ def print_index(expr: sympy.Expr, names: dict[str, str], floordiv: str = "/") ->
     raise NotImplementedError(f"cannot print index {expr}")
 
 
+_DIVIDE = {"/": "/", "//": "//", "tl": "//"}
+# floor(a / b) for any sign of a: C++'s helper (cpp.py's header); in Triton, for a < 0,
+# -ceil(-a / b) computed on non-negative values (b > 0 here: a fraction's denominator)
+_EXACT_FLOOR = {"/": "tc_floordiv<int64_t>({a}, {b})",
+                "tl": "tl.where({a} >= 0, {a} // {b}, -((-({a}) + {b} - 1) // {b}))"}
+
+
 def _print_minmax(expr: sympy.Expr, args: list[str], floordiv: str) -> str:
     """``Max``/``Min`` of index terms, folded pairwise: C++ ``std::max<int64_t>`` (one type for
-    a literal and an int64 size), Triton ``tl.maximum`` (scalars and blocks alike)."""
+    a literal and an int64 size), Triton ``tl.maximum`` (scalars and blocks alike), Python's."""
     is_max = isinstance(expr, sympy.Max)
     if floordiv == "/":
         fn = "std::max<int64_t>" if is_max else "std::min<int64_t>"
-    else:
+    elif floordiv == "tl":
         fn = "tl.maximum" if is_max else "tl.minimum"
+    else:
+        fn = "max" if is_max else "min"
     text = args[0]
     for arg in args[1:]:
         text = f"{fn}({text}, {arg})"

@@ -119,7 +119,7 @@ class TritonKernelWriter:
         flat = self.flat_offset(expr)
         if flat is not None:
             return flat
-        text = print_index(expr, dict(zip(kir.indirect_names(expr), args)), "//")
+        text = print_index(expr, dict(zip(kir.indirect_names(expr), args)), "tl")
         if not any(s.name[0] in "xr" for s in sympy.sympify(expr).free_symbols):
             text += f" + tl.zeros({self.shape}, tl.int64)"  # a block pointer, so block masks apply
         return text
@@ -169,7 +169,7 @@ class TritonKernelWriter:
         if op is Ops.CHECK_INDEX:  # see CHECK_GPU / CHECK_INTERPRETED
             size, wraps = u.arg
             mask = self.mask_of(scope, self.base_mask) or "None"
-            return f"_tc_check_index({args[0]}, {print_index(size, {}, '//')}, {wraps}, {mask})"
+            return f"_tc_check_index({args[0]}, {print_index(size, {}, 'tl')}, {wraps}, {mask})"
         if op is Ops.SEED:  # one scalar per kernel: every element of a random op shares its seed
             return f"tl.load({self.params[u.arg[0]]} + {self.seed_args[u.arg]})"
         if op in kir.GroupOp.Random:  # Philox4x32-10, as the C++ backend's tc_rand / tc_randn
@@ -267,9 +267,9 @@ class TritonKernelWriter:
         for i, size in enumerate(sizes):
             inner = math.prod(sizes[i + 1:]) if _static_numel(sizes[i + 1:]) is not None else \
                 sympy.Mul(*sizes[i + 1:])
-            expr = flat if inner == 1 else f"({flat} // {print_index(sympy.sympify(inner), {}, '//')})"
+            expr = flat if inner == 1 else f"({flat} // {print_index(sympy.sympify(inner), {}, 'tl')})"
             if i > 0:
-                expr = f"({expr} % {print_index(sympy.sympify(size), {}, '//')})"
+                expr = f"({expr} % {print_index(sympy.sympify(size), {}, 'tl')})"
             lines.append(f"{prefix}{i} = {expr}")
         return lines if n else []
 
