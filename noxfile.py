@@ -90,6 +90,16 @@ def fuzz(session: nox.Session) -> None:
 
 
 @nox.session
+def convfuzz(session: nox.Session) -> None:
+    """Random small conv nets (pools, strides, batch norm, casts, residuals) vs eager, both layouts.
+
+    `nox -s convfuzz -- 300 --start 1000 --layout never`; see tests/fuzz/README.md."""
+    _install(session, PACKAGES)
+    args = session.posargs or ["300"]
+    session.run("python", "tests/fuzz/convnets.py", *args)
+
+
+@nox.session
 def sweep(session: nox.Session) -> None:
     """OpInfo sweep: every op of torch's op_db, forward and backward, hand-built graphs and tc.compile vs eager.
 
