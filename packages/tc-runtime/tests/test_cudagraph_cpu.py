@@ -280,3 +280,51 @@ def test_alias_mode_needs_cuda_build():
         cudagraphify(lambda x: x, [torch.ones(1)], output_mode="fast")
     with pytest.raises(IndexError):
         cudagraphify(lambda x: x, [torch.ones(1)], static_input_indices=[3])
+
+
+# ---- the last signature, checked in C++ (plan.LastSignature) ----------------------------------
+def test_the_last_signature_is_reused_only_for_arguments_that_have_it():
+    from tc_runtime.cudagraphs.plan import LastSignature
+
+    x, w = torch.randn(4, 3), torch.randn(3, requires_grad=True)
+    last = LastSignature()
+    assert last.get((x, w)) is None
+    sig = signature((x, w))
+    last.note(sig, (x, w))
+    assert last.get((x, w)) == sig and last.get((x.clone(), w.detach().requires_grad_())) == sig
+    for other in [(x.t().contiguous().t(), w),  # strides
+                  (x[:3], w), (x.double(), w), (x, w.detach()),  # shape, dtype, requires_grad
+                  (x, w, x), (x,), (x, 3)]:  # count, a non-tensor
+        assert last.get(other) is None, other
+    with torch.no_grad():
+        assert last.get((x, w)) is None  # grad mode is part of the signature
+    x.resize_(2, 6)  # metadata changed in place, same tensor object
+    assert last.get((x, w)) is None
+
+
+def test_the_last_signature_keeps_no_tensor_alive_and_is_not_rebuilt_for_refused_arguments():
+    import weakref
+
+    from tc_runtime.cudagraphs import plan
+
+    x = torch.randn(5)
+    last = plan.LastSignature()
+    last.note(signature((x, x)), (x, x))  # one tensor twice: torch's check refuses it
+    check = last._check
+    assert last.get((x, x)) is None
+    last.note(signature((x, x)), (x, x))
+    assert last._check is check  # the same signature: not built again on every call
+    ref = weakref.ref(x)
+    del x
+    assert ref() is None  # a replay's liveness counts storage holders: the check must hold none
+
+
+def test_a_graphed_call_after_an_in_place_resize_is_no_replay():
+    g = graphed(lambda x: x * 2)
+    x = torch.randn(4, 3)
+    for _ in range(3):
+        torch.testing.assert_close(g(x), x * 2)  # warm-up, record, replay
+    assert g.planner.states[signature((x,))].replays == 1
+    x.resize_(2, 6)
+    torch.testing.assert_close(g(x), x * 2)  # a new signature: a plain warm-up call
+    assert len(g.planner.states) == 2

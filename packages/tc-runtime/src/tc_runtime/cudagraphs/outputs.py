@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import weakref
 from collections.abc import Callable
+from itertools import repeat
 from typing import Any
 
 import torch
@@ -31,6 +32,8 @@ def map_tensors(fn: Callable[[torch.Tensor], Any], value: Any) -> Any:
     """Apply ``fn`` to every tensor in nested tuples/lists/dicts, keeping the structure."""
     if isinstance(value, torch.Tensor):
         return fn(value)
+    if value.__class__ in (tuple, list) and all(map(isinstance, value, repeat(torch.Tensor))):
+        return value.__class__(map(fn, value))  # a flat sequence of tensors (most graphs' outputs)
     if isinstance(value, (list, tuple)):
         items = [map_tensors(fn, v) for v in value]
         if hasattr(value, "_fields"):  # namedtuple

@@ -13,17 +13,32 @@ compilation, cuBLAS handles) happens before capture.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import repeat
 from typing import Any
 
 import attrs
 import torch
+from torch._C._dynamo.guards import TensorGuards
 
-Signature = tuple[Any, ...]
 _SCALARS = (bool, int, float, str, type(None))
+
+
+class Signature(tuple):
+    """A signature's parts; hashed once, though the runtime looks it up more than once a call
+    (a training step's optimizer graph has ~650 tensor arguments: a hash walks all of them)."""
+
+    def __hash__(self) -> int:
+        cached = self.__dict__.get("hash")
+        if cached is None:
+            cached = self.__dict__["hash"] = tuple.__hash__(self)
+        return cached
 
 
 def signature(args: Sequence[Any]) -> Signature | str:
     """The signature of ``args``, or a string saying why they have none (an unsupported argument)."""
+    if all(map(isinstance, args, repeat(torch.Tensor))):  # the common case, without a branch per argument
+        return Signature((torch.is_grad_enabled(),
+                          *[(a.shape, a.stride(), a.dtype, a.device, a.requires_grad) for a in args]))
     parts: list[Any] = [torch.is_grad_enabled()]
     for i, a in enumerate(args):
         if isinstance(a, torch.Tensor):
@@ -32,7 +47,38 @@ def signature(args: Sequence[Any]) -> Signature | str:
             parts.append((type(a), a))
         else:
             return f"input {i} is a {type(a).__name__}; graphs take tensors and scalars"
-    return tuple(parts)
+    return Signature(parts)
+
+
+class LastSignature:
+    """The signature of the last call whose arguments were all tensors, and a check that new
+    arguments certainly have it: torch's C++ ``TensorGuards`` (dtype, device, shape, strides,
+    ``requires_grad`` and dispatch keys of every tensor in one call, as tc_capture's guards use
+    it). Building a signature makes a tuple per tensor, ~0.3 ms for an optimizer graph's ~650;
+    the check is stricter than the signature (dispatch keys), so where it fails the signature is
+    built as before, and a call it passes has exactly the remembered signature."""
+
+    def __init__(self) -> None:
+        self.sig: Signature | None = None
+        self._check: Any = None
+        self._count = -1
+
+    def get(self, args: Sequence[Any]) -> Signature | None:
+        if self._check is None or len(args) != self._count or torch.is_grad_enabled() != self.sig[0]:
+            return None
+        try:
+            return self.sig if self._check(*args) else None
+        except TypeError:  # an argument that is no tensor
+            return None
+
+    def note(self, sig: Signature, args: Sequence[Any]) -> None:
+        """Remember ``sig`` of ``args`` (unless it is the one remembered: arguments the check
+        refuses, such as one tensor passed twice, would otherwise build it again every call)."""
+        if sig == self.sig or not all(map(isinstance, args, repeat(torch.Tensor))):
+            return
+        guards = TensorGuards(*args, dynamic_dims_sizes=[list(a.shape) for a in args],
+                              dynamic_dims_strides=[list(a.stride()) for a in args])
+        self.sig, self._check, self._count = sig, guards.check, len(args)
 
 
 def describe(sig: Signature) -> str:
@@ -67,7 +113,13 @@ def input_problem(args: Sequence[Any], static: frozenset[int],
 
 def static_pointers(args: Sequence[Any], static: Sequence[int]) -> tuple[int, ...]:
     """Addresses of the static inputs: a graph reads them in place, so they must not move."""
-    return tuple(args[i].data_ptr() if isinstance(args[i], torch.Tensor) else 0 for i in static)
+    chosen = [args[i] for i in static]
+    if all(map(isinstance, chosen, repeat(torch.Tensor))):
+        return tuple(map(_data_ptr, chosen))
+    return tuple(a.data_ptr() if isinstance(a, torch.Tensor) else 0 for a in chosen)
+
+
+_data_ptr = torch.Tensor.data_ptr
 
 
 @attrs.frozen

@@ -1,6 +1,7 @@
 """``cudagraphify``: record a function as CUDA graphs, lazily, one per input signature.
 
-One call, in order: compute the signature of the arguments; ask the :class:`~.plan.Planner`;
+One call, in order: compute the signature of the arguments (or reuse the last one, where torch's
+C++ tensor check passes: :class:`~.plan.LastSignature`); ask the :class:`~.plan.Planner`;
 then one of: warm up (first call of a signature: a plain call that also checks for input
 mutation and autograd), record (second call: capture, then replay), replay (copy inputs into the
 graph's buffers, replay, hand out outputs through the output scheme), or a plain call whose
@@ -23,6 +24,7 @@ from .liveness import LiveLedger, LiveOutputs
 from .outputs import AliasOutputs, CloneOutputs, Poison, PoolLedger, storage_poison, tensors_in
 from .plan import (
     Eager,
+    LastSignature,
     Planner,
     Record,
     Replay,
@@ -69,11 +71,15 @@ class CudaGraphed:
         self.check_mutation_by_value = check_mutation_by_value
         self.name = getattr(fn, "__qualname__", type(fn).__name__)
         self._warned_unsupported = False
+        self._last = LastSignature()  # the last signature, checked in C++ (plan.LastSignature)
 
     def __call__(self, *args: Any) -> Any:
-        sig = signature(args)
-        if isinstance(sig, str):
-            return self._unsupported(sig, args)
+        sig = self._last.get(args)
+        if sig is None:
+            sig = signature(args)
+            if isinstance(sig, str):
+                return self._unsupported(sig, args)
+            self._last.note(sig, args)
         decision = self.planner.decide(sig, static_pointers(args, self._static_order))
         if isinstance(decision, Replay):
             return self._guarded_replay(sig, decision.graph, args)
