@@ -310,10 +310,10 @@ def test_the_last_signature_keeps_no_tensor_alive_and_is_not_rebuilt_for_refused
     x = torch.randn(5)
     last = plan.LastSignature()
     last.note(signature((x, x)), (x, x))  # one tensor twice: torch's check refuses it
-    check = last._check
+    known = last._known
     assert last.get((x, x)) is None
     last.note(signature((x, x)), (x, x))
-    assert last._check is check  # the same signature: not built again on every call
+    assert last._known is known  # the same signature: not built again on every call
     ref = weakref.ref(x)
     del x
     assert ref() is None  # a replay's liveness counts storage holders: the check must hold none

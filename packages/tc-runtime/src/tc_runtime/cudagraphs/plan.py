@@ -59,15 +59,20 @@ class LastSignature:
     built as before, and a call it passes has exactly the remembered signature."""
 
     def __init__(self) -> None:
-        self.sig: Signature | None = None
-        self._check: Any = None
-        self._count = -1
+        # (signature, its check, its argument count), replaced whole: a thread never pairs one
+        # signature with another's check
+        self._known: tuple[Signature, Any, int] | None = None
+
+    @property
+    def sig(self) -> Signature | None:
+        return self._known[0] if self._known is not None else None
 
     def get(self, args: Sequence[Any]) -> Signature | None:
-        if self._check is None or len(args) != self._count or torch.is_grad_enabled() != self.sig[0]:
+        known = self._known
+        if known is None or len(args) != known[2] or torch.is_grad_enabled() != known[0][0]:
             return None
         try:
-            return self.sig if self._check(*args) else None
+            return known[0] if known[1](*args) else None
         except TypeError:  # an argument that is no tensor
             return None
 
@@ -78,7 +83,7 @@ class LastSignature:
             return
         guards = TensorGuards(*args, dynamic_dims_sizes=[list(a.shape) for a in args],
                               dynamic_dims_strides=[list(a.stride()) for a in args])
-        self.sig, self._check, self._count = sig, guards.check, len(args)
+        self._known = (sig, guards.check, len(args))
 
 
 def describe(sig: Signature) -> str:
