@@ -15,10 +15,10 @@ def pointer_name(buffer: str) -> str:
     return f"ptr_{buffer}"
 
 
-def print_index(expr: sympy.Expr, names: dict[str, str], floordiv: str = "/") -> str:
+def print_index(expr: sympy.Expr, names: dict[str, str], dialect: str = "/") -> str:
     """Print an index expression; ``names`` renames symbols (indirect indices, sizes).
 
-    ``floordiv`` names the dialect: ``"/"`` C++, ``"//"`` Python (the wrapper), ``"tl"`` a Triton
+    ``dialect``: ``"/"`` C++, ``"//"`` Python (the wrapper), ``"tl"`` a Triton
     kernel. C++ and Triton divide integers toward zero, Python toward minus infinity: the same text
     ``(-s3 // 2)`` is -1 in a kernel and -2 in the wrapper that sized its buffers, for a kernel
     height s3 = 3 (a convolution's output size over a symbolic kernel: writes past the buffer).
@@ -26,31 +26,31 @@ def print_index(expr: sympy.Expr, names: dict[str, str], floordiv: str = "/") ->
     expr = sympy.sympify(expr)
     if expr.is_Integer:
         value = int(expr)
-        return f"{value}" if abs(value) < 2**31 else f"{value}LL" if floordiv == "/" else f"{value}"
+        return f"{value}" if abs(value) < 2**31 else f"{value}LL" if dialect == "/" else f"{value}"
     if expr.is_Symbol:
         return names.get(expr.name, expr.name)
     if isinstance(expr, FloorDiv):  # of a non-negative index (its contract): every dialect agrees
-        a, b = (print_index(x, names, floordiv) for x in expr.args)
-        return f"({a} {_DIVIDE[floordiv]} {b})"
+        a, b = (print_index(x, names, dialect) for x in expr.args)
+        return f"({a} {_DIVIDE[dialect]} {b})"
     if isinstance(expr, (ModIndex, sympy.Mod)):  # sizes and indices are non-negative: C's % is Python's
-        a, b = (print_index(x, names, floordiv) for x in expr.args)
+        a, b = (print_index(x, names, dialect) for x in expr.args)
         return f"({a} % {b})"
     if isinstance(expr, (sympy.floor, sympy.ceiling)):  # of a size expression: floor(s0/2)
         num, den = sympy.fraction(sympy.together(expr.args[0]))
         if isinstance(expr, sympy.ceiling):
             num = num + den - 1
-        a, b = print_index(num, names, floordiv), print_index(den, names, floordiv)
-        if (num.is_nonnegative and den.is_positive) or floordiv == "//":
-            return f"({a} {_DIVIDE[floordiv]} {b})"
-        return _EXACT_FLOOR[floordiv].format(a=a, b=b)
+        a, b = print_index(num, names, dialect), print_index(den, names, dialect)
+        if (num.is_nonnegative and den.is_positive) or dialect == "//":
+            return f"({a} {_DIVIDE[dialect]} {b})"
+        return _EXACT_FLOOR[dialect].format(a=a, b=b)
     if isinstance(expr, (sympy.Max, sympy.Min)):  # contiguous strides of a size only known >= 0: Max(1, s - 2)
-        return _print_minmax(expr, [print_index(a, names, floordiv) for a in expr.args], floordiv)
+        return _print_minmax(expr, [print_index(a, names, dialect) for a in expr.args], dialect)
     if expr.is_Add:
-        return "(" + " + ".join(print_index(a, names, floordiv) for a in expr.args) + ")"
+        return "(" + " + ".join(print_index(a, names, dialect) for a in expr.args) + ")"
     if expr.is_Mul:
-        return "(" + " * ".join(print_index(a, names, floordiv) for a in expr.args) + ")"
+        return "(" + " * ".join(print_index(a, names, dialect) for a in expr.args) + ")"
     if expr.is_Pow and expr.exp.is_Integer and int(expr.exp) > 0:
-        base = print_index(expr.base, names, floordiv)
+        base = print_index(expr.base, names, dialect)
         return "(" + " * ".join([base] * int(expr.exp)) + ")"
     raise NotImplementedError(f"cannot print index {expr}")
 
@@ -62,13 +62,13 @@ _EXACT_FLOOR = {"/": "tc_floordiv<int64_t>({a}, {b})",
                 "tl": "tl.where({a} >= 0, {a} // {b}, -((-({a}) + {b} - 1) // {b}))"}
 
 
-def _print_minmax(expr: sympy.Expr, args: list[str], floordiv: str) -> str:
+def _print_minmax(expr: sympy.Expr, args: list[str], dialect: str) -> str:
     """``Max``/``Min`` of index terms, folded pairwise: C++ ``std::max<int64_t>`` (one type for
     a literal and an int64 size), Triton ``tl.maximum`` (scalars and blocks alike), Python's."""
     is_max = isinstance(expr, sympy.Max)
-    if floordiv == "/":
+    if dialect == "/":
         fn = "std::max<int64_t>" if is_max else "std::min<int64_t>"
-    elif floordiv == "tl":
+    elif dialect == "tl":
         fn = "tl.maximum" if is_max else "tl.minimum"
     else:
         fn = "max" if is_max else "min"

@@ -32,7 +32,7 @@ def map_tensors(fn: Callable[[torch.Tensor], Any], value: Any) -> Any:
     """Apply ``fn`` to every tensor in nested tuples/lists/dicts, keeping the structure."""
     if isinstance(value, torch.Tensor):
         return fn(value)
-    if value.__class__ in (tuple, list) and all(map(isinstance, value, repeat(torch.Tensor))):
+    if value.__class__ in (tuple, list) and all_tensors(value):
         return value.__class__(map(fn, value))  # a flat sequence of tensors (most graphs' outputs)
     if isinstance(value, (list, tuple)):
         items = [map_tensors(fn, v) for v in value]
@@ -42,6 +42,12 @@ def map_tensors(fn: Callable[[torch.Tensor], Any], value: Any) -> Any:
     if isinstance(value, dict):
         return type(value)((k, map_tensors(fn, v)) for k, v in value.items())
     return value
+
+
+def all_tensors(values: Any) -> bool:
+    """Whether every item of ``values`` is a tensor (one C-level pass: the runtime asks it of a
+    graph's arguments and outputs at every replay)."""
+    return all(map(isinstance, values, repeat(torch.Tensor)))
 
 
 def tensors_in(value: Any) -> list[torch.Tensor]:

@@ -13,12 +13,13 @@ compilation, cuBLAS handles) happens before capture.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from itertools import repeat
 from typing import Any
 
 import attrs
 import torch
 from torch._C._dynamo.guards import TensorGuards
+
+from .outputs import all_tensors
 
 _SCALARS = (bool, int, float, str, type(None))
 
@@ -36,7 +37,7 @@ class Signature(tuple):
 
 def signature(args: Sequence[Any]) -> Signature | str:
     """The signature of ``args``, or a string saying why they have none (an unsupported argument)."""
-    if all(map(isinstance, args, repeat(torch.Tensor))):  # the common case, without a branch per argument
+    if all_tensors(args):  # the common case, without a branch per argument
         return Signature((torch.is_grad_enabled(),
                           *[(a.shape, a.stride(), a.dtype, a.device, a.requires_grad) for a in args]))
     parts: list[Any] = [torch.is_grad_enabled()]
@@ -79,7 +80,7 @@ class LastSignature:
     def note(self, sig: Signature, args: Sequence[Any]) -> None:
         """Remember ``sig`` of ``args`` (unless it is the one remembered: arguments the check
         refuses, such as one tensor passed twice, would otherwise build it again every call)."""
-        if sig == self.sig or not all(map(isinstance, args, repeat(torch.Tensor))):
+        if sig == self.sig or not all_tensors(args):
             return
         guards = TensorGuards(*args, dynamic_dims_sizes=[list(a.shape) for a in args],
                               dynamic_dims_strides=[list(a.stride()) for a in args])
@@ -119,7 +120,7 @@ def input_problem(args: Sequence[Any], static: frozenset[int],
 def static_pointers(args: Sequence[Any], static: Sequence[int]) -> tuple[int, ...]:
     """Addresses of the static inputs: a graph reads them in place, so they must not move."""
     chosen = [args[i] for i in static]
-    if all(map(isinstance, chosen, repeat(torch.Tensor))):
+    if all_tensors(chosen):
         return tuple(map(_data_ptr, chosen))
     return tuple(a.data_ptr() if isinstance(a, torch.Tensor) else 0 for a in chosen)
 
