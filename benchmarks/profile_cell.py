@@ -7,7 +7,10 @@ kernels and host-side torch ops that take the most time and the Python functions
 time of their own (the host side of a launch-bound step); for tc, the graph and graph-break count
 of the model's forward. Both compilers run in this process: compare kernels here, not wall times.
 tc is imported only when a tc variant is asked for: ``profile_cell.py gpt2 infer torch.compile``
-profiles torch.compile in a process where tc never was.
+profiles torch.compile in a process where tc never was. ``--compile-optimizer`` compiles
+training's ``opt.step`` with each variant's compiler, as ``models.py`` does:
+
+    python benchmarks/profile_cell.py resnet50 train tc-ro --compile-optimizer
 """
 
 from __future__ import annotations
@@ -20,10 +23,12 @@ from models import MODELS, _step_fn, _wrap  # noqa: E402  (benchmarks/ is the wo
 
 
 def main() -> None:
-    name, task = sys.argv[1], sys.argv[2]
+    args = [a for a in sys.argv[1:] if a != "--compile-optimizer"]
+    compile_optimizer = len(args) < len(sys.argv) - 1
+    name, task = args[0], args[1]
     base, make_inputs = MODELS[name](False)
     inputs = make_inputs("cuda")
-    variants = sys.argv[3:] or ("torch.compile", "tc")
+    variants = args[2:] or ("torch.compile", "tc")
     if any(v.startswith("tc") for v in variants):
         import tc
 
@@ -34,7 +39,7 @@ def main() -> None:
     for variant in variants:
         model = copy.deepcopy(base).cuda().train(task == "train")
         fn = _wrap(variant, model)
-        step, _ = _step_fn(task, fn, model, inputs, "cuda")
+        step, _ = _step_fn(task, fn, model, inputs, "cuda", variant if compile_optimizer else None)
         report(step, f"{variant} {name} {task}", top=15, python_top=25)
 
 

@@ -24,6 +24,9 @@ KERNELS = {
     "triton": {"symbolic_kernels": True, "backend": "triton"},
 }
 
+CUDA = pytest.param("cuda", marks=[pytest.mark.cuda,
+                                   pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")])
+
 
 class Block(nn.Module):
     def __init__(self, C=32, nh=4):
@@ -165,7 +168,7 @@ class StridedConv(nn.Module):
         return self.conv2(self.conv1(x).relu()).relu() * 2
 
 
-@pytest.mark.parametrize("kernels", ["cpp", "triton"])
+@pytest.mark.parametrize("kernels", ["cpp", "triton", CUDA])
 def test_a_symbolic_kernel_size_under_floor_division(kernels):
     """Instances of one class with different kernel sizes share ``forward``'s cache, so the second
     size makes the weight's dims symbols: the output width ``floor(-k/2) + 8`` floors a negative
@@ -176,10 +179,15 @@ def test_a_symbolic_kernel_size_under_floor_division(kernels):
         warnings.simplefilter("always")
         for k in (1, 3, 5, 3):
             torch.manual_seed(k)
-            m = StridedConv(k)
-            cm = tc.compile(m, options=KERNELS[kernels])
+            if kernels == "cuda":  # float64: TF32 convolutions would blur the comparison
+                m = StridedConv(k).to("cuda", torch.float64)
+                cm = tc.compile(m, options={"symbolic_kernels": True})
+            else:
+                m = StridedConv(k)
+                cm = tc.compile(m, options=KERNELS[kernels])
+            p = next(m.parameters())
             for H in (12, 9):
-                _check(cm, m, torch.randn(2, 3, H, 12))
+                _check(cm, m, torch.randn(2, 3, H, 12, device=p.device, dtype=p.dtype))
     _no_fallback(caught)
 
 
@@ -241,8 +249,7 @@ class SdpaBlock(Block):
         return x + self.mlp(self.ln2(x))
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[
-    pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")])])
+@pytest.mark.parametrize("device", ["cpu", CUDA])
 @pytest.mark.parametrize("dynamic, mark, expected", [(None, False, 2), (None, True, 1), (True, False, 1)])
 def test_fused_attention_over_sequence_lengths(device, dynamic, mark, expected):
     # On CUDA torch chooses the fused kernel (cuDNN, flash, memory-efficient) from the sizes; the
