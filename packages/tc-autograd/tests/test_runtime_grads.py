@@ -332,3 +332,31 @@ def test_same_memory():
     b = torch.randn(1, 4, 4).transpose(-1, -2)  # strides (16, 1, 4)
     assert runtime.same_memory(b, b.as_strided((1, 4, 4), (4, 1, 4)))
     assert not runtime.same_memory(b, b.as_strided((1, 4, 4), (4, 4, 1)))
+
+
+# -- one gradient for two inputs -------------------------------------------------------------------
+
+def sum_of_two(x, a, b):
+    return (a + b) * x
+
+
+def test_one_gradient_for_two_inputs_reaches_autograd_as_one_tensor():
+    """``a + b`` gives ``a`` and ``b`` one gradient node. A compiled backward may return it as two
+    views of one buffer (a CUDA graph's replay detaches each output): handed to autograd so, both
+    ``.grad`` shared its memory and a second backward accumulated into it twice."""
+    def views(graph, example):
+        run = interpret_compiler(graph, example)
+        return lambda *args: [g.view_as(g) for g in run(*args)]  # a fresh alias per position
+
+    x = torch.randn(3, 4)
+    a, b = torch.randn(3, 4, requires_grad=True), torch.randn(3, 4, requires_grad=True)
+    compiled = tc_autograd.aot(trace(sum_of_two, [x, a, b]), [x, a, b], bw_compiler=views)
+    assert runtime.repeated_outputs(compiled.backward_graph) == {1: 0}
+    ra, rb = a.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
+    for _ in range(2):  # the second backward adds into .grad in place
+        x = torch.randn(3, 4)
+        compiled(x, a, b).square().sum().backward()
+        sum_of_two(x, ra, rb).square().sum().backward()
+    torch.testing.assert_close(a.grad, ra.grad)
+    torch.testing.assert_close(b.grad, rb.grad)
+    assert a.grad.untyped_storage().data_ptr() != b.grad.untyped_storage().data_ptr()

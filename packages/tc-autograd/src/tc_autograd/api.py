@@ -16,7 +16,7 @@ from . import symbolic as sym_sizes
 from .joint import Traced, trace
 from .partition import Partition
 from .partition import partition as split
-from .runtime import InferenceRunner, TrainingRunner, WrongVariant, storage_groups
+from .runtime import InferenceRunner, TrainingRunner, WrongVariant, repeated_outputs, storage_groups
 
 INFERENCE = "inference"  # the variant key when nothing is differentiated
 MAX_SIZE_TRACES = 8      # traces of one variant for sizes earlier traces' guards refused
@@ -133,7 +133,7 @@ class Compiled:
                 fw.finish_loading()
             sizes = graphs.get("backward_sizes")
             reader = sym_sizes.size_reader(sizes, sym_sizes.binding_places(forward)) if sizes else None
-            self.runner: Any = TrainingRunner(traced, fw, bw, num_saved, key, reader)
+            self.runner: Any = TrainingRunner(traced, fw, bw, num_saved, key, reader, repeated_outputs(backward))
         else:
             _show("inference", traced.graph)
             traced.graph.meta["inplace_outputs"] = inplace_outputs(traced, key)

@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from torch.autograd.graph import increment_version
 
+import tc_ir
+
 from .functionalize import storage_groups, storage_pointers
 from .joint import OutputLeaf, Traced
 
@@ -198,9 +200,9 @@ class TrainingRunner:
     """Forward and backward graphs joined by a ``torch.autograd.Function``."""
 
     def __init__(self, traced: Traced, forward: Callable, backward: Callable, num_saved: int, pattern: tuple,
-                 sizes: Callable | None = None):
+                 sizes: Callable | None = None, repeats: dict[int, int] | None = None):
         self.traced, self.num_saved = traced, num_saved
-        self.function = _make_function(traced, forward, backward, pattern, sizes)
+        self.function = _make_function(traced, forward, backward, pattern, sizes, repeats or {})
         self.apply = _direct_apply(self.function)
         self.rebuild, self.rebuild_source = make_rebuild(traced.plan)
         self.mutated, self.num_user = traced.mutated_inputs, traced.num_user_outputs
@@ -225,9 +227,25 @@ def _direct_apply(function: type) -> Callable:
     return base.__get__(None, function) if base is not None else function.apply
 
 
-def _grad_scatter(grad_inputs: list[int], num_inputs: int) -> Callable[[Sequence[Any]], tuple]:
-    """A generated ``scatter(grads)``: the backward's grads placed at their inputs' positions."""
-    where = dict(zip(grad_inputs, range(len(grad_inputs))))
+def repeated_outputs(graph: tc_ir.Graph) -> dict[int, int]:
+    """{position: first position} of ``graph``'s outputs that repeat an earlier output's node."""
+    first: dict[tc_ir.Node, int] = {}
+    repeats = {}
+    for k, value in enumerate(tc_ir.leaves(graph.outputs)):
+        if isinstance(value, tc_ir.Node) and first.setdefault(value, k) != k:
+            repeats[k] = first[value]
+    return repeats
+
+
+def _grad_scatter(grad_inputs: list[int], num_inputs: int, repeats: dict[int, int]) -> Callable[[Sequence[Any]], tuple]:
+    """A generated ``scatter(grads)``: the backward's grads placed at their inputs' positions.
+
+    A gradient the backward returns for two inputs (``a + b``: one node) is handed to autograd as
+    one tensor at both (``repeats``, from :func:`repeated_outputs`), as eager's ``AddBackward``
+    does: autograd then copies it rather than let two ``.grad`` share memory. A compiled graph
+    may return a repeated output as two views of one buffer (and a CUDA graph's replay as two
+    detached aliases), which autograd would keep as two grads over one memory."""
+    where = {i: repeats.get(k, k) for k, i in enumerate(grad_inputs)}
     items = "".join((f"grads[{where[i]}], " if i in where else "None, ") for i in range(num_inputs))
     names: dict[str, Any] = {}
     exec(compile(f"def scatter(grads):\n    return ({items})\n", "<tc_autograd scatter>", "exec"), names)
@@ -235,14 +253,14 @@ def _grad_scatter(grad_inputs: list[int], num_inputs: int) -> Callable[[Sequence
 
 
 def _make_function(traced: Traced, forward: Callable, backward: Callable, pattern: tuple,
-                   sizes: Callable | None) -> type:
+                   sizes: Callable | None, repeats: dict[int, int]) -> type:
     """``sizes(inputs)``: ints the backward takes last (symbolic sizes no saved tensor carries)."""
     num_values = len(traced.differentiable)
     non_differentiable = [k for k, d in enumerate(traced.differentiable) if not d]
     differentiable = [k for k, d in enumerate(traced.differentiable) if d]
     all_differentiable = not non_differentiable
     mutated = traced.mutated_inputs
-    scatter = _grad_scatter(traced.grad_inputs, len(pattern))
+    scatter = _grad_scatter(traced.grad_inputs, len(pattern), repeats)
     boxed = getattr(backward, "call_boxed", None)  # takes a list it may empty (tc_inductor's compiled graphs)
 
     class CompiledFunction(torch.autograd.Function):

@@ -19,6 +19,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 import tc_ir
 from tc_ir import Node, TensorSpec
+from tc_ir.aliasing import escaping
 from tc_ir.spec import contiguous_strides
 
 from . import kir, layout, split_reduction
@@ -244,11 +245,33 @@ class GraphLowering:
         self._env = env
         for node in self.graph.nodes:
             env[node] = self.lower_node(node, env)
-        outputs = tc_ir.map_structure(self.graph.outputs,
-                                      lambda v: self._output(env[v], self._laid_out(v)) if isinstance(v, Node) else v)
+        claimed: dict[str, Node] = {}
+        outputs = tc_ir.map_structure(
+            self.graph.outputs,
+            lambda v: self._distinct(v, self._output(env[v], self._laid_out(v)), claimed) if isinstance(v, Node) else v)
         output_buffers = {v.name for v in tc_ir.leaves(outputs) if isinstance(v, BufferValue)}
         return LoweredGraph(self.steps, self.inputs, self.constants, self.constant_keys, outputs, output_buffers, self.own,
                             self.extern_reasons, dict(self.seeds), dict(self.size_plan))
+
+    def _distinct(self, node: Node, value: Any, claimed: dict[str, Node]) -> Any:
+        """Output ``node``'s ``value``, in memory of its own unless the graph itself makes it view
+        the storage of an earlier output (``claimed``: buffer name -> the first output node in it).
+        Lowering merges equal values (a reduction computed twice is read from the first one's
+        buffer): two bias gradients equal by construction (a residual add's two branches) came
+        back as views of one buffer, so ``.grad`` accumulation and ``clip_grad_norm_`` wrote
+        each of them twice."""
+        if not isinstance(value, BufferValue) or not self.owns_storage(value):
+            return value
+        first = claimed.setdefault(value.name, node)
+        if first is node or escaping([first]) & escaping([node]):
+            return value
+        spec = self._laid_out(node)
+        stride = (spec.stride if isinstance(spec, TensorSpec) and _dense(spec) and tuple(spec.shape) == value.shape
+                  else contiguous_strides(value.shape))
+        copy = ComputedBuffer(self.new_name(), value.shape, tuple(stride), value.dtype, value.device,
+                              lambda index, rindex, value=value: value.load(index))
+        self._add_computed(copy)
+        return copy.value()
 
     def _laid_out(self, node: Node) -> Any:
         """The spec of ``node`` with the strides tc chose for it (channels-last in the region)."""

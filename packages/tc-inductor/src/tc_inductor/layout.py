@@ -27,10 +27,10 @@ import torch
 
 import tc_ir
 from tc_ir import Node, TensorSpec
+from tc_ir.aliasing import aliases, escaping
 
 from .decompositions import EXTERN_PREFERRED
 from .ir import is_dense
-from .padding import aliases, escaping
 
 aten = torch.ops.aten
 

@@ -27,6 +27,7 @@ import torch
 
 import tc_ir
 from tc_ir import Node, TensorSpec
+from tc_ir.aliasing import aliases, escaping
 
 from .decompositions import EXTERN_PREFERRED
 
@@ -51,56 +52,12 @@ GEMM_OPERANDS = {aten.mm.default: (0, 1), aten.addmm.default: (1, 2), aten.bmm.d
 _KINDS = {aten.mm.default: "mm", aten.addmm.default: "addmm", aten.bmm.default: "bmm",
           aten.baddbmm.default: "baddbmm"}
 
-# Copying views: lowered as views of their source (a window on it when an extern reads them).
-_COPY_VIEWS = {"_unsafe_view", "view_copy", "permute_copy", "t_copy", "transpose_copy", "expand_copy",
-               "unsqueeze_copy", "squeeze_copy", "slice_copy", "select_copy", "alias_copy", "_reshape_copy"}
-
-
 def mode(options: Any) -> str:
     return options.get("pad_mm_operands", "auto")
 
 
 def _static(*values) -> bool:
     return all(isinstance(v, int) for vs in values for v in vs)
-
-
-def is_view(target: Any) -> bool:
-    if not isinstance(target, torch._ops.OpOverload):
-        return False
-    schema = target._schema
-    if schema.name.split("::")[-1] in _COPY_VIEWS:
-        return True
-    return not schema.is_mutable and any(r.alias_info is not None for r in schema.returns)
-
-
-def aliases(node: Node) -> bool:
-    """Whether the value of call ``node`` may share storage with an operand: a view op's does,
-    except a ``to`` that converts (another dtype or device: always a new tensor; the autocast
-    casts around batch norm are such, and counting them as views kept ResNet-50's stem relu out
-    of the channels-last region)."""
-    if not is_view(node.target):
-        return False
-    if node.target.overloadpacket is not torch.ops.aten.to or not node.args:
-        return True
-    source, spec = node.args[0], node.spec
-    if not isinstance(source, Node) or not isinstance(source.spec, TensorSpec) or not isinstance(spec, TensorSpec):
-        return True
-    return source.spec.dtype == spec.dtype and torch.device(source.spec.device) == torch.device(spec.device)
-
-
-def escaping(roots: list[Node]) -> set[Node]:
-    """Nodes whose storage one of ``roots`` (outputs) may share: the roots, and what they view.
-    A call that is not an ATen op (cond, getitem) may return its operands, so those escape too."""
-    pending = list(roots)
-    seen: set[Node] = set()
-    while pending:
-        node = pending.pop()
-        if node in seen:
-            continue
-        seen.add(node)
-        if node.op == "call" and (not isinstance(node.target, torch._ops.OpOverload) or aliases(node)):
-            pending += [v for v in tc_ir.leaves((node.args, node.kwargs)) if isinstance(v, Node)]
-    return seen
 
 
 def _mutated(node: Node) -> bool:

@@ -5,7 +5,7 @@ A :class:`Graph` holds inputs, named tensors, calls and a nested output; it prin
 interpreter (:func:`interpret`), which is the oracle for every other package's tests.
 """
 
-from . import logs, ops
+from . import aliasing, logs, ops
 from .fx import from_fx, to_fx
 from .gcdefer import deferred_full_gc
 from .graph import Graph, infer_spec
@@ -26,6 +26,6 @@ __all__ = [
     "verify", "VerifyError", "interpret", "InterpretError", "bind_sizes", "infer_spec",
     "dce", "cse", "topo_sort", "extract", "lift_held", "dependency_graph", "node_is_pure",
     "from_fx", "to_fx", "target_name", "resolve_target", "TargetError",
-    "is_mutating", "is_pure", "is_random", "map_structure", "leaves", "nodes_in", "logs", "ops",
+    "is_mutating", "is_pure", "is_random", "map_structure", "leaves", "nodes_in", "aliasing", "logs", "ops",
     "deferred_full_gc",
 ]

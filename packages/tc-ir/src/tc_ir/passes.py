@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .aliasing import escaping
 from .graph import Graph
 from .node import Node, map_structure
 from .targets import TargetError, is_pure, target_name
@@ -41,9 +42,14 @@ def dce(graph: Graph, *, inplace: bool = False) -> Graph:
 
 def cse(graph: Graph, *, inplace: bool = False) -> Graph:
     """Merge pure calls of the same target on the same args into the first of them
-    (``inplace`` as for :func:`dce`)."""
+    (``inplace`` as for :func:`dce`).
+
+    Two calls whose memory outputs may share (:func:`~tc_ir.aliasing.escaping`) are not merged:
+    eager returns them as distinct tensors, and merged, an in-place write to one output (a
+    gradient accumulated into ``.grad``, ``clip_grad_norm_``) would change the other."""
     if not inplace:
         graph = graph.copy()
+    outputs = escaping(graph.output_nodes)
     seen: dict[str, Node] = {}
     for node in list(graph.nodes):
         if not node_is_pure(node):
@@ -54,8 +60,13 @@ def cse(graph: Graph, *, inplace: bool = False) -> Graph:
             continue
         key = f"{name}({format_value(node.args)}, {format_value(node.kwargs)})"
         if key in seen:
-            node.replace_all_uses_with(seen[key])
+            kept = seen[key]
+            if node in outputs and kept in outputs:
+                continue
+            node.replace_all_uses_with(kept)
             graph.erase(node)
+            if node in outputs:  # the kept call (and what it views) is an output's memory now
+                outputs |= escaping([kept])
         else:
             seen[key] = node
     return graph
