@@ -68,7 +68,8 @@ import tempfile
 import time
 
 MODELS = ("gpt2", "bert", "llama", "cnn")
-FULL_MODELS = ("resnet50", "gpt2", "bert", "vit_b_16", "llama")  # benchmarks/models.py's MODELS
+FULL_MODELS = ("resnet50", "gpt2", "bert", "vit_b_16", "llama",  # benchmarks/models.py's MODELS
+               "mobilenet_v3", "efficientnet_b0", "distilbert", "t5")
 TASKS = ("infer", "train")
 PHASES = ("import", "fake", "capture", "trace", "lower", "kernels", "triton", "cpp", "opt", "run", "launch")
 COUNTS = ("traces", "lowerings", "builds", "misses", "loaded")

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from .outputs import map_tensors, tensors_in
+from .outputs import all_tensors, map_tensors, tensors_in
 
 _use_count = torch._C._storage_Use_Count
 
@@ -128,6 +128,16 @@ class LiveOutputs:
         tracked = self.ledger.tracked(graph)
         if not (tracked.clone or tracked.as_is):
             return map_tensors(torch.Tensor.detach, outputs)
+        if outputs.__class__ in (tuple, list) and all_tensors(outputs):
+            # a flat sequence (a backward's gradients, an optimizer step's values): detach all in
+            # one C-level pass, then the few kept as they are or cloned (a Python call per output
+            # cost ~1 ms a ResNet-50 training step)
+            handed = list(map(torch.Tensor.detach, outputs))
+            for i in tracked.as_is:
+                handed[i] = outputs[i]
+            for i in tracked.clone:
+                handed[i] = outputs[i].clone()
+            return outputs.__class__(handed)
         counter = itertools.count()
         return map_tensors(lambda t: _hand_out_one(tracked, next(counter), t), outputs)
 
