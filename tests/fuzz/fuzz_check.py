@@ -2,9 +2,10 @@
 
 Both sides get the same fresh inputs, each carved (with the program's layouts) out of its own
 copy of the bases. Compared: every output (dtype, shape, values; for outputs that view an input,
-which input and the view's strides and offset), the bases after the call (input mutations) and,
-in gradient mode, the gradients of the bases for a random-weighted sum of the outputs and the
-mutated inputs. The compiled function is called twice, with two different sets of inputs.
+which input and the view's strides and offset; which outputs share memory with each other), the
+bases after the call (input mutations) and, in gradient mode, the gradients of the bases for a
+random-weighted sum of the outputs and the mutated inputs (and that no two gradients share memory
+that eager keeps apart). The compiled function is called twice, with two different sets of inputs.
 
 Tolerances are per dtype. bf16: eager rounds every intermediate to bf16, tc's kernels compute in
 float32 and round where results are stored, so a mismatch in a program touching bf16 is
@@ -53,12 +54,15 @@ class Mismatch(Exception):
 
 @attrs.define
 class Side:
-    """One side's results: outputs, bases after the call, grads of the bases, input views."""
+    """One side's results: outputs, bases after the call, grads of the bases, input views, and
+    which outputs (and which grads) share memory with each other."""
 
     outs: tuple
     bases: list
     grads: list | None
     views: list
+    shared_outs: set = attrs.field(factory=set)
+    shared_grads: set = attrs.field(factory=set)
 
 
 class FloatsSeen(torch.utils._python_dispatch.TorchDispatchMode):
@@ -94,7 +98,13 @@ def run_side(fn: Callable, program: Program, values: list[torch.Tensor], weights
         wrt = [leaf for leaf in leaves if leaf.requires_grad]
         if terms and wrt:
             grads = list(torch.autograd.grad(sum(terms), wrt, allow_unused=True))
-    return Side(tuple(outs), [h.detach() for h in holders], grads, views)
+    return Side(tuple(outs), [h.detach() for h in holders], grads, views, _sharing(outs), _sharing(grads or []))
+
+
+def _sharing(values: Any) -> set[tuple[int, int]]:
+    """Pairs (i, j), i < j, of non-empty tensors among ``values`` with one storage."""
+    storages = [v.untyped_storage().data_ptr() if isinstance(v, torch.Tensor) and v.numel() else None for v in values]
+    return {(i, j) for j, b in enumerate(storages) for i, a in enumerate(storages[:j]) if a is not None and a == b}
 
 
 def _input_view(out: Any, holders: list[torch.Tensor]) -> Any:
@@ -128,6 +138,10 @@ def compare(want: Side, got: Side, tol: tuple) -> None:
     for k, (g, w) in enumerate(zip(got.views, want.views)):
         if g != w:
             raise Mismatch("alias", f"output {k} views (input, stride, offset) {g}, eager {w}")
+    if got.shared_outs != want.shared_outs:  # a write to one output shows in another, or not
+        raise Mismatch("alias", f"outputs sharing memory {sorted(got.shared_outs)}, eager {sorted(want.shared_outs)}")
+    if extra := got.shared_grads - want.shared_grads:  # accumulating into one .grad would change another
+        raise Mismatch("alias", f"grads sharing memory {sorted(extra)}, distinct in eager")
     for i, (g, w) in enumerate(zip(got.bases, want.bases)):
         _close(g, w, f"input {i} after the call", "mutation", tol)
     if (got.grads is None) != (want.grads is None):

@@ -242,3 +242,13 @@ def test_fuzz_variance_of_equal_values_is_zero():
         got, want = compiled(x), fn(x)
         for g, w in zip(tc_ir.leaves(got), tc_ir.leaves(want), strict=True):
             assert torch.equal(g, w) if not w.is_floating_point() or not w.any() else torch.allclose(g, w), (g, w)
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["forward", "gradient"])
+def test_fuzz_equal_outputs_do_not_share_memory(grad):
+    # seed 82849: two relus of one value were merged; the outputs (v2, v1, v1) came back as one
+    # tensor three times, where eager's v2 is a tensor of its own (a write to it changed v1).
+    program = _program([((3, 3), torch.float64, "expanded")],
+                       ["v0 = x0.unsqueeze(1)", "v1 = torch.relu(v0)", "v2 = torch.relu(v0)"], ["v2", "v1", "v1"], grad)
+    outcome = check(program, seed=3)
+    assert outcome.kind == "pass" and not outcome.fallbacks, (outcome, program.source())
