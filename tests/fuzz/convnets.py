@@ -1,6 +1,7 @@
 """Random small convolution nets through ``tc.compile``, against eager: forward, input and
-parameter gradients, batch-norm running statistics, on two calls with fresh inputs (the second
-of another height: a recompile over symbolic sizes).
+parameter gradients (accumulated over both calls; no two in one memory), batch-norm running
+statistics, on two calls with fresh inputs (the second of another height: a recompile over
+symbolic sizes).
 
 A net is 2–5 layers from: convolutions (kernel 1 or 3, stride 1 or 2, with or without bias),
 batch norm + relu, max pooling (kernel 2–3, stride, padding, dilation, ``ceil_mode``), average
@@ -114,6 +115,8 @@ def run(seed: int, layout: str = "always") -> str:
                 torch.testing.assert_close(p.grad, q.grad, atol=2e-4, rtol=2e-4, msg=lambda m, n=name: f"{n}: {m}")
             for a, b in zip(net.buffers(), ref.buffers()):
                 torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+            storages = [p.grad.untyped_storage().data_ptr() for p in net.parameters() if p.grad is not None]
+            assert len(set(storages)) == len(storages), "two parameters' .grad share memory"
         except AssertionError as e:
             return f"FAIL mismatch at height {height}: {str(e)[:300]}"
     return "ok"
