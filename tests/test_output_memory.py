@@ -10,6 +10,8 @@ Each case runs two steps with different inputs and compares with eager.
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from torch import nn
@@ -150,3 +152,59 @@ def test_reduce_overhead_gradients_accumulate_as_in_eager(device, make):
         torch.testing.assert_close(q.grad, p.grad, atol=1e-3, rtol=1e-3, msg=lambda m, name=name: f"{name}: {m}")
     pointers = [p.grad.untyped_storage().data_ptr() for p in mine.parameters()]
     assert len(set(pointers)) == len(pointers)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_dtype_view_of_an_output_keeps_its_dtype(backend):
+    # The two outputs share memory, so the second was rebuilt as an as_strided view of the first:
+    # float32 where eager's is int32 (a wrong answer).
+    def f(x):
+        y = x * 2
+        return y, y.view(torch.int32)
+
+    compiled = tc.compile(f, backend=backend)
+    for n in (4, 4):
+        x = torch.randn(n)
+        got, want = compiled(x), f(x)
+        assert [g.dtype for g in got] == [w.dtype for w in want]
+        torch.testing.assert_close(got, want)
+        got[0].zero_()  # eager's int view shares the float's memory
+        assert not got[1].any()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("view", ["reshape", "select", "transpose"])
+def test_an_output_viewing_an_intermediate_may_be_written_in_place(backend, view):
+    # Returned from inside the autograd Function, such a view refused any in-place write
+    # ("Output 0 of CompiledFunction is a view and is being modified inplace") where eager's works.
+    def f(x, w):
+        h = x @ w
+        return {"reshape": lambda: h.view(-1), "select": lambda: h[:, 0], "transpose": lambda: h.t()}[view]()
+
+    compiled = tc.compile(f, backend=backend)
+    for n in (3, 3):
+        x, w = torch.randn(n, 4), torch.randn(4, 5, requires_grad=True)
+        w2 = w.detach().clone().requires_grad_()
+        got, want = compiled(x, w), f(x, w2)
+        got.mul_(3)
+        want.mul_(3)
+        torch.testing.assert_close(got, want)
+        cotangent = torch.randn_like(want)
+        got.backward(cotangent)
+        want.backward(cotangent)
+        torch.testing.assert_close(w.grad, w2.grad)
+
+
+def test_a_view_of_an_intermediate_over_dynamic_sizes_compiles():
+    def f(x):
+        return (x * 2).view(-1)
+
+    compiled = tc.compile(f, dynamic=True)
+    for n in (3, 5, 7):
+        x = torch.randn(n, 4, requires_grad=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no eager fallback
+            got = compiled(x)
+        torch.testing.assert_close(got, f(x))
+        got.sum().backward()
+        torch.testing.assert_close(x.grad, torch.full_like(x, 2.0))

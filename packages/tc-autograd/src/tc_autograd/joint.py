@@ -33,8 +33,10 @@ from .trace import Recorder, clean_spec, has_tensor, interpret_unwrapped, refusi
 class OutputLeaf:
     """How the runtime produces one output: ``graph`` (k-th graph value), ``input`` (the input
     itself), ``input_view`` (a view of an input: the trace's view ops replayed on the real input,
-    as ``(index, steps, requires_grad)``), ``output_view`` (a view of the k-th graph value, as
-    size/stride/offset, for outputs aliasing each other) or ``value`` (a constant)."""
+    as ``(index, steps, requires_grad)``), ``output_view`` (a view of the k-th graph value, its
+    view ops replayed likewise, as ``(k, steps, requires_grad)``), ``output_strided`` (the same
+    where the ops cannot be replayed, as size/stride/offset, for outputs aliasing each other) or
+    ``value`` (a constant)."""
 
     kind: str
     args: tuple
@@ -117,7 +119,7 @@ def _view_steps(alias: Any) -> tuple:
 
 
 def _plan_leaf(value: Any, rec: Recorder, fakes: list[Any], nodes: list[tc_ir.Node],
-               tensors: list[torch.Tensor], shared: set[int]) -> OutputLeaf:
+               tensors: list[torch.Tensor], shared: dict[int, bool]) -> OutputLeaf:
     """How the runtime produces one output: from the graph, as a view of an input or of another
     output, or a constant."""
     if not isinstance(value, torch.Tensor):
@@ -129,11 +131,29 @@ def _plan_leaf(value: Any, rec: Recorder, fakes: list[Any], nodes: list[tc_ir.No
             return OutputLeaf("input", (i,))
         return OutputLeaf("input_view", (i, _view_steps(alias), value.requires_grad))
     if alias is not None and id(alias.storage) in shared and value is not alias.storage.root:
+        # A view of a value the graph makes: made outside the autograd Function, from the whole
+        # value, as eager's view of it is (in-place writes to it are then allowed, as in eager)
         root = alias.storage.root
-        offset = value.storage_offset() - root.storage_offset()
-        k = _graph_value(root, rec, nodes, tensors)
-        return OutputLeaf("output_view", (k, tuple(value.shape), tuple(value.stride()), offset, value.requires_grad))
+        steps = _replayable_steps(alias)
+        if steps is not None:
+            return OutputLeaf("output_view", (_graph_value(root, rec, nodes, tensors), steps, value.requires_grad))
+        if shared[id(alias.storage)] and value.dtype == root.dtype:  # outputs viewing each other
+            offset = value.storage_offset() - root.storage_offset()
+            k = _graph_value(root, rec, nodes, tensors)
+            return OutputLeaf("output_strided", (k, tuple(value.shape), tuple(value.stride()), offset,
+                                                 value.requires_grad))
     return OutputLeaf("graph", (_graph_value(value, rec, nodes, tensors),))
+
+
+def _replayable_steps(alias: Any) -> tuple | None:
+    """The view ops from the storage's root to the output (:func:`_view_steps`), or None where
+    they cannot be replayed at run time: a tensor argument, or a symbolic size (stale next call)."""
+    try:
+        steps = _view_steps(alias)
+    except NotImplementedError:
+        return None
+    sym = (torch.SymInt, torch.SymFloat, torch.SymBool)
+    return None if any(isinstance(v, sym) for v in tc_ir.leaves(steps)) else steps
 
 
 def _graph_value(value: torch.Tensor, rec: Recorder, nodes: list[tc_ir.Node], tensors: list[torch.Tensor]) -> int:
@@ -145,18 +165,25 @@ def _graph_value(value: torch.Tensor, rec: Recorder, nodes: list[tc_ir.Node], te
     return len(nodes) - 1
 
 
-def _shared_storages(outs: Any, rec: Recorder) -> set[int]:
-    """Storages (by id) that two or more distinct outputs view: those come back as views of
-    one graph output, the storage's whole value, so they alias each other as in eager. A block
-    whose current value is laid out differently from its owner is left alone (it cannot be)."""
+def _shared_storages(outs: Any, rec: Recorder) -> dict[int, bool]:
+    """Storages (by id) that an output views without being the storage's root, or that two or
+    more distinct outputs view, each with whether several outputs view it. Those outputs come
+    back as views of one graph output, the storage's whole value: they alias each other as in
+    eager, and a view made outside the autograd Function may be written in place (one made
+    inside may not: autograd forbids it). A block whose current value is laid out differently
+    from its owner is left alone (it cannot be)."""
     seen: dict[int, set[int]] = {}
+    viewed: set[int] = set()
     for value in tc_ir.leaves(outs):
         if isinstance(value, torch.Tensor) and value in rec.table:
             storage = rec.table.alias(value).storage
             if storage.input_index is None and storage.root is not None:
                 seen.setdefault(id(storage), set()).add(id(value))
+                if value is not storage.root:
+                    viewed.add(id(storage))
     storages = {id(a.storage): a.storage for a in rec.table.aliases.values()}
-    return {sid for sid, members in seen.items() if len(members) > 1 and _same_layout(storages[sid])}
+    return {sid: len(members) > 1 for sid, members in seen.items()
+            if (len(members) > 1 or sid in viewed) and _same_layout(storages[sid])}
 
 
 def _same_layout(storage: Any) -> bool:

@@ -92,8 +92,8 @@ def distinct_memory(target: torch.Tensor, value: torch.Tensor) -> tuple[torch.Te
     return target, value
 
 
-def output_view(base: torch.Tensor, size: tuple, stride: tuple, offset: int, requires_grad: bool) -> torch.Tensor:
-    """An output that aliases another output, rebuilt as a real view of the graph value they share."""
+def output_strided(base: torch.Tensor, size: tuple, stride: tuple, offset: int, requires_grad: bool) -> torch.Tensor:
+    """An output that aliases another output, rebuilt as a strided view of the graph value they share."""
     view = base.as_strided(size, stride, base.storage_offset() + offset)
     return keep_grad(view, requires_grad)
 
@@ -109,7 +109,7 @@ def make_rebuild(plan: Any) -> tuple[Callable[[Sequence[Any], Sequence[Any]], An
     The plan is fixed per variant, so walking it on every call (closures, isinstance checks)
     is replaced by one straight-line expression; returns the function and its source.
     """
-    names: dict[str, Any] = {"output_view": output_view, "keep_grad": keep_grad}
+    names: dict[str, Any] = {"output_strided": output_strided, "keep_grad": keep_grad}
 
     def constant(value: Any) -> str:
         if isinstance(value, (int, bool)) or value is None:
@@ -138,8 +138,11 @@ def make_rebuild(plan: Any) -> tuple[Callable[[Sequence[Any], Sequence[Any]], An
                 i, steps, requires_grad = v.args
                 return f"keep_grad({replay(f'inputs[{i}]', steps)}, {requires_grad!r})"
             if v.kind == "output_view":
-                i, *rest = v.args
-                return f"output_view(values[{i}], {', '.join(map(repr, rest))})"
+                k, steps, requires_grad = v.args
+                return f"keep_grad({replay(f'values[{k}]', steps)}, {requires_grad!r})"
+            if v.kind == "output_strided":
+                k, *rest = v.args
+                return f"output_strided(values[{k}], {', '.join(map(repr, rest))})"
             return constant(v.args[0])
         if isinstance(v, tuple) and hasattr(v, "_fields"):
             return f"{constant(type(v))}({', '.join(map(expr, v))})"
