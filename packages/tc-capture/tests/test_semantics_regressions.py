@@ -211,3 +211,40 @@ def test_folded_containers_are_fresh_each_call():
     second = compiled(torch.ones(1))
     _same(fresh_containers(torch.ones(1)), second)
     assert first[1] is not second[1] and first[2] is not second[2]
+
+
+# ---- identity of tensors read from two sources ------------------------------------------------
+def branch_on_identity(x, y):
+    return x * 3 if x is y else x + y
+
+
+def branch_on_operator_is(x, y):
+    import operator
+
+    return x * 3 if operator.is_not(x, y) else x - 1
+
+
+def tensor_in_list(x, ys):
+    return x * 3 if x in ys else x + 1
+
+
+def test_identity_of_two_tensor_arguments_is_guarded():
+    # f(t, t) then f(t, u) took `x is y`'s branch both times: identity held for the capture's call
+    # only (two sources, one fake) and nothing guarded it
+    t, u = torch.ones(3), torch.full((3,), 5.0)
+    for fn in (branch_on_identity, branch_on_operator_is):
+        for calls in ([(t, t), (t, u), (u, u), (u, t)], [(t, u), (t, t)]):
+            compiled = tc_capture.optimize(interpret_backend)(fn)
+            for args in calls:
+                _same(fn(*args), compiled(*args))
+
+
+def test_a_tensor_in_a_list_compares_as_eager_does():
+    # `in` compares by identity, then with ==: equal values of another object are found (one
+    # element), and several elements raise, as in eager; tc had answered False
+    a, b = torch.ones(1), torch.ones(1)
+    compiled = tc_capture.optimize(interpret_backend)(tensor_in_list)
+    for args in [(a, [a, b]), (a, [b]), (a, [torch.zeros(1)]), (b, [b])]:
+        _same(tensor_in_list(*args), compiled(*args))
+    with pytest.raises(RuntimeError, match="ambiguous"):
+        compiled(torch.ones(3), [torch.ones(3)])

@@ -93,6 +93,13 @@ class GuardSet:
         self.add(source, f"{source.expr} is {self.ref(value)}",
                  f"{self.readable(source)} is {_short(value)}")
 
+    def same_object(self, a: Source, b: Source, same: bool) -> None:
+        """Whether the objects two sources read are one (``x is y`` in the captured code, or a
+        tensor found ``in`` a list by identity): a branch taken on it holds only while it does."""
+        source = a if a.gated else b  # evaluated where both sources are readable
+        self.add(source, f"({a.expr} is {b.expr}) is {same}",
+                 f"{self.readable(a)} is{'' if same else ' not'} {self.readable(b)}")
+
     def equals(self, source: Source, value: object) -> None:
         """The value, with its exact type. On a cache hit the value read is most often the very
         object captured (a module's ``eps``, a small int, an interned string, ``True``), so the

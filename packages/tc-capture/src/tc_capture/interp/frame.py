@@ -230,7 +230,8 @@ class Frame(StackFrame):
     def compare(self, op: str, a: V, b: V) -> V:
         return compare(self, op, a, b)
 
-    is_same = staticmethod(identity)
+    def is_same(self, a: V, b: V) -> bool:
+        return identity(a, b, self.session)
 
     def contains(self, item: V, container: V) -> bool:
         return contains(self, item, container)

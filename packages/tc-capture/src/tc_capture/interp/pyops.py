@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import operator
 import types
+from typing import Any
 
 import torch
 
@@ -168,13 +169,20 @@ def _never_equal(a: V, b: V) -> bool:
     return (plain_obj(a) or plain_obj(b)) and a is not b
 
 
-def identity(a: V, b: V) -> bool:
+def identity(a: V, b: V, session: Any = None) -> bool:
+    """``a is b``. Two tensors read from two sources (inputs, parameters) are one object exactly
+    when capture gave them one fake; that holds for this call only, so with ``session`` the
+    answer is guarded (``f(t, t)`` then ``f(t, u)`` took ``x is y``'s branch twice)."""
     if isinstance(a, Const) and isinstance(b, Const):
         return a.value is b.value
     if isinstance(a, Const) or isinstance(b, Const):
         return False  # a tracked value is never a known constant object
     if isinstance(a, TensorV) and isinstance(b, TensorV):
-        return a.fake is b.fake
+        same = a.fake is b.fake
+        if session is not None and a.node is not b.node and a.node.op == b.node.op == "input" \
+                and a.source is not None and b.source is not None:
+            session.guards.same_object(a.source, b.source, same)
+        return same
     return a is b
 
 
@@ -189,11 +197,16 @@ def contains(f, item: V, container: V) -> bool:
             return realize_const(item) in container.dict_v.items
         return contains(f, item, ListV(view_items(container)))
     if isinstance(container, (ListV, TupleV, SetV)) or hasattr(container, "items") and hasattr(container, "py_type"):
-        if isinstance(item, TensorV):
-            return any(identity(item, x) for x in container.items)
-        key = realize_const(item)
-        for x in container.items:  # `in` compares by identity, then ==; tensors never equal a constant here
-            if identity(item, x) or not isinstance(x, TensorV) and _eq_const(x, key):
+        tensors = isinstance(item, TensorV)
+        key = None if tensors else realize_const(item)
+        for x in container.items:  # `in` compares by identity, then with ==, item by item
+            if identity(item, x, f.session):
+                return True
+            if tensors or isinstance(x, TensorV):
+                # eager takes the truth of `item == x`: a value (or an error, for several elements)
+                raise Unsupported("`in` with a tensor that is not the same object as an item before it compares "
+                                  "them with `==`, whose truth depends on data")
+            if _eq_const(x, key):
                 return True
         return False
     if isinstance(container, Const):

@@ -183,8 +183,8 @@ BUILTINS[operator.getitem] = lambda f, args, kwargs: f.getitem(*args)
 BUILTINS[operator.contains] = lambda f, args, kwargs: Const(f.contains(args[1], args[0]))
 BUILTINS[operator.not_] = lambda f, args, kwargs: Const(not truth(f, args[0]))
 BUILTINS[operator.truth] = lambda f, args, kwargs: Const(truth(f, args[0]))
-BUILTINS[operator.is_] = lambda f, args, kwargs: Const(identity(*args))
-BUILTINS[operator.is_not] = lambda f, args, kwargs: Const(not identity(*args))
+BUILTINS[operator.is_] = lambda f, args, kwargs: Const(identity(*args, f.session))
+BUILTINS[operator.is_not] = lambda f, args, kwargs: Const(not identity(*args, f.session))
 
 
 def _itemgetter(f, fn: Const, args, kwargs) -> V:
