@@ -224,6 +224,10 @@ def branch_on_operator_is(x, y):
     return x * 3 if operator.is_not(x, y) else x - 1
 
 
+def set_of_two(x, y):
+    return x * len({x, y}) + len(set([x, y, x]))
+
+
 def tensor_in_list(x, ys):
     return x * 3 if x in ys else x + 1
 
@@ -232,7 +236,7 @@ def test_identity_of_two_tensor_arguments_is_guarded():
     # f(t, t) then f(t, u) took `x is y`'s branch both times: identity held for the capture's call
     # only (two sources, one fake) and nothing guarded it
     t, u = torch.ones(3), torch.full((3,), 5.0)
-    for fn in (branch_on_identity, branch_on_operator_is):
+    for fn in (branch_on_identity, branch_on_operator_is, set_of_two):
         for calls in ([(t, t), (t, u), (u, u), (u, t)], [(t, u), (t, t)]):
             compiled = tc_capture.optimize(interpret_backend)(fn)
             for args in calls:

@@ -210,7 +210,7 @@ def tuple_(f, args, kwargs) -> V:
 def set_(f, args, kwargs) -> V:
     s = SetV([])
     for item in items_of(f, args[0]) if args else []:
-        set_add(s.items, item)
+        set_add(s.items, item, f.session)
     return s
 
 
@@ -504,14 +504,14 @@ def record_function_(f, args, kwargs) -> V:
 def _set_of(f, v: V) -> list:
     out: list = []
     for x in items_of(f, v):
-        set_add(out, x)
+        set_add(out, x, f.session)
     return out
 
 
 def _set_update(f, s, *others):
     for other in others:
         for x in _set_of(f, other):
-            set_add(s.items, x)
+            set_add(s.items, x, f.session)
     return Const(None)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import operator
 import types
+from typing import Any
 
 import torch
 
@@ -86,10 +87,10 @@ def make_function(f, code: V, closure: V | None, kwdefaults: V | None, defaults:
 
 
 # ---- containers -----------------------------------------------------------------------------------
-def build_set(items: list[V]) -> V:
+def build_set(items: list[V], session: Any = None) -> V:
     s = SetV([])
     for v in items:
-        set_add(s.items, v)
+        set_add(s.items, v, session)
     return s
 
 
@@ -113,7 +114,7 @@ def building(f, target: V) -> V:
 def set_update(f, target: V, v: V) -> None:
     target = building(f, target)
     for item in items_of(f, v):
-        set_add(target.items, item)
+        set_add(target.items, item, f.session)
 
 
 def dict_update(f, target: V, v: V) -> None:

@@ -164,7 +164,8 @@ class Frame(StackFrame):
     # containers
     build_tuple = staticmethod(TupleV)
     build_list = staticmethod(ListV)
-    build_set = staticmethod(data.build_set)
+    def build_set(self, items: list[V]) -> V:
+        return data.build_set(items, self.session)
     build_slice = staticmethod(data.build_slice)
 
     @staticmethod
@@ -183,7 +184,7 @@ class Frame(StackFrame):
         data.building(self, target).items.append(v)
 
     def set_add(self, target: V, v: V) -> None:
-        set_add(data.building(self, target).items, v)
+        set_add(data.building(self, target).items, v, self.session)
 
     def map_add(self, target: V, key: V, value: V) -> None:
         data.building(self, target).items[realize_const(key)] = value

@@ -295,11 +295,13 @@ def view_items(v: ViewV) -> list[V]:
     return [TupleV([Const(k), x]) for k, x in items.items()]
 
 
-def set_add(items: list, v: V) -> None:
-    """Add to a set's items: constants equal to one already there, or the same value, are dropped."""
+def set_add(items: list, v: V, session: Any = None) -> None:
+    """Add to a set's items: constants equal to one already there, or the same value, are dropped
+    (a tensor read from two arguments is one value when they pass one object: ``identity``, guarded
+    with ``session``)."""
     if isinstance(v, Const):
         if any(isinstance(x, Const) and x.value == v.value for x in items):
             return
-    elif any(x is v for x in items):
+    elif any(x is v or isinstance(v, TensorV) and isinstance(x, TensorV) and identity(x, v, session) for x in items):
         return
     items.append(v)
