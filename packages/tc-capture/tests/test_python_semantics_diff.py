@@ -89,6 +89,9 @@ class DC:
 # marks where a break may go inside it). `{i}` makes names unique; `x`, `y` are tensors, `d` a
 # dict argument, `lst` a list argument, `ev` the event list, `out` what the program returns.
 SNIPPETS = {
+    # identity of the tensor arguments: some calls pass one tensor as both x and y (``fresh_args``)
+    "identity": ["out.append(x is y)", "out.append(x * 3 if x is y else x + y)", "out.append(len({{x, y, x}}))",
+                 "out.append(operator.is_not(y, x))", "out.append([t is x for t in (y, x)])"],
     "dict_views_live": ["d{i} = {{'a': x, 'b': y}}", "k{i} = d{i}.keys()", "v{i} = d{i}.values()",
                         "d{i}['c'] = x + {i}", "out.append((len(k{i}), list(k{i}), type(k{i}).__name__))",
                         "out.append([t.sum() for t in v{i}])", "del d{i}['a']", "out.append(('a' in k{i}, len(v{i})))"],
@@ -304,15 +307,17 @@ def make_program(seed: int):
     return scope["prog"]
 
 
-def fresh_args(rng: torch.Generator):
+def fresh_args(rng: torch.Generator, aliased: bool = False):
+    """``aliased``: ``y`` is ``x`` itself (identity, ``is``, sets of tensors must follow the call)."""
     x = torch.randn(3, generator=rng, requires_grad=True)
-    y = torch.randn(3, generator=rng)
+    y = x if aliased else torch.randn(3, generator=rng)
     return [x, y, {"k": torch.randn(3, generator=rng), "n": 1}, [torch.randn(2, generator=rng)], []]
 
 
 def copy_args(args):
     x, y, d, lst, ev = args
-    return [x.detach().clone().requires_grad_(x.requires_grad), y.clone(), dict(d), list(lst), list(ev)]
+    mine = x.detach().clone().requires_grad_(x.requires_grad)
+    return [mine, mine if y is x else y.clone(), dict(d), list(lst), list(ev)]
 
 
 def same(a, b, path="out"):
@@ -343,7 +348,7 @@ def check_program(seed: int, fullgraph: bool = False) -> None:
     compiled = tc_capture.optimize(interpret_backend, fullgraph=fullgraph)(prog)
     gen = torch.Generator().manual_seed(seed)
     for call in range(2):
-        args = fresh_args(gen)
+        args = fresh_args(gen, aliased=call == seed % 3)  # one call of two, in either order, or none
         if call:
             args[2]["extra"] = call  # a different key set on the second call
         mine = copy_args(args)
