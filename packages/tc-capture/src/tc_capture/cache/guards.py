@@ -176,6 +176,29 @@ class GuardSet:
         self.add(None, "not (" + " or ".join(self.ref(d) for d in hooks) + ")", "no global module hooks",
                  "[" + ", ".join(f"len({self.ref(d)})" for d in hooks) + "]")
 
+    def ambient(self) -> None:
+        """The process state a trace reads beyond grad mode: autocast (per device: on, and its
+        dtype) and the default dtype (factories without one). A graph captured without autocast
+        holds no casts, one captured under it holds them: called in the other state, it returned
+        the other dtypes (float32 where eager's matmul gives bfloat16, and the reverse)."""
+        default = torch.get_default_dtype()
+        get = self.ref(torch.get_default_dtype)
+        self.add(None, f"{get}() is {self.ref(default)}", f"default dtype is {default}", f"{get}()")
+        any_on = self.ref(torch._C._is_any_autocast_enabled)
+        if not torch._C._is_any_autocast_enabled():
+            self.add(None, f"not {any_on}()", "autocast is off", f"{any_on}()")
+            return
+        enabled, dtype = self.ref(torch.is_autocast_enabled), self.ref(torch.get_autocast_dtype)
+        for device in ("cpu", "cuda"):
+            on = torch.is_autocast_enabled(device)
+            cond = f"{enabled}({device!r}) is {on}"
+            text = f"autocast on {device} is {'on' if on else 'off'}"
+            if on:
+                cast = torch.get_autocast_dtype(device)
+                cond += f" and {dtype}({device!r}) is {self.ref(cast)}"
+                text += f" ({cast})"
+            self.add(None, cond, text, f"{enabled}({device!r})")
+
     def grad_mode(self, enabled: bool) -> None:
         self.add(None, f"{self.ref(torch.is_grad_enabled)}() is {enabled}", f"grad mode is {'on' if enabled else 'off'}",
                  f"{self.ref(torch.is_grad_enabled)}()")

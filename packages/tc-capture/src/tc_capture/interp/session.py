@@ -87,6 +87,7 @@ class Session:
         self.fullgraph = fullgraph
         self.grad_enabled = torch.is_grad_enabled()
         self.guards.grad_mode(self.grad_enabled)
+        self.guards.ambient()
         self.top_globals: dict = {}
         self.global_writes: dict = {}
         self.attr_writes: dict = {}
