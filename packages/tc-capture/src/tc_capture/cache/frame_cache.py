@@ -22,6 +22,9 @@ import types
 import warnings
 import weakref
 
+import torch
+import torch.utils._python_dispatch
+
 import tc_ir
 
 from ..interp.symbols import DynamicPolicy
@@ -76,6 +79,7 @@ class FrameCache:
         self.listeners: list = []  # capture() records compiled entries through these
         self.callees: dict = {}  # code -> FrameCache of calls run at nested breaks (held here)
         self.reported = False  # the no-graph / many-breaks warning of a first call was decided
+        self.warned_modes = False
         ALL_CACHES.add(self)
 
     def clear(self) -> None:
@@ -157,6 +161,8 @@ class FrameCache:
         fn = self.fn if fn is None else fn
         if F is None:  # arguments the function does not take: eager raises its own TypeError
             return fn(*args, **kwargs)
+        if _function_modes() or _dispatch_modes():
+            return self._under_modes(fn, args, kwargs)
         C = self.closure if fn is self.fn else (fn.__closure__ or ())
         entry = self.lookup(0, F, C)
         if entry is None:
@@ -173,6 +179,20 @@ class FrameCache:
         if entry.break_ip is None:
             return out
         return self._continue(entry, out)
+
+    def _under_modes(self, fn, args, kwargs):
+        """A torch function or dispatch mode is active (``with torch.device(...)``,
+        ``torch.set_default_device``, a user's mode): eager calls route every op through it, the
+        compiled code would not (factories on another device, the mode's own results), so the
+        call runs in Python while one is (one warning)."""
+        if not self.warned_modes:
+            self.warned_modes = True
+            active = [type(m).__name__ for m in torch.overrides._get_current_function_mode_stack()]
+            active += [type(m).__name__ for m in torch.utils._python_dispatch._get_current_dispatch_mode_stack()]
+            warn_fallback(self.code.co_filename, self.code.co_firstlineno,
+                          f"{self.code.co_name} is called with a torch function or dispatch mode active "
+                          f"({', '.join(active)}); compiled code would bypass it, so it runs eagerly while one is")
+        return fn(*args, **kwargs)
 
     def _first_call(self, fn, F, args, kwargs):
         """The first call of a compiled function: the entries it runs, through nested frames too,
@@ -342,6 +362,11 @@ def handler_is_captured(code, target: int) -> bool:
         return False
     bare_raise = any(i.opname == "RAISE_VARARGS" and i.arg == 0 for i in insts)
     return not bare_raise and not _READS_HANDLED & set(code.co_names)
+
+
+# Lengths of torch's function-mode and dispatch-mode stacks (C calls: checked at every frame entry).
+_function_modes = torch._C._len_torch_function_stack
+_dispatch_modes = torch._C._len_torch_dispatch_stack
 
 
 # ---- failures and tracebacks ----------------------------------------------------------------------
