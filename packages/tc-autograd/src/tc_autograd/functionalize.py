@@ -34,6 +34,7 @@ class Storage:
     version: int = 0
     root: Any = None  # the fake tensor that owns the whole block (its layout is the value's)
     layout: tuple | None = None  # the root's (shape, stride, storage offset) when the block was made
+    leaf: bool = False  # an input that is an autograd leaf requiring grad: eager writes it only under no_grad
 
     def root_unchanged(self) -> bool:
         """Does the root still have the layout the block was made with (no ``t_``/``as_strided_``)?"""
@@ -357,9 +358,9 @@ class AliasTable:
     def alias(self, t: torch.Tensor) -> Alias:
         return self.aliases[id(t)]
 
-    def fresh(self, t: torch.Tensor, node: tc_ir.Node, input_index: int | None = None) -> None:
+    def fresh(self, t: torch.Tensor, node: tc_ir.Node, input_index: int | None = None, leaf: bool = False) -> None:
         layout = (tuple(t.shape), t.stride(), t.storage_offset())
-        self._set(t, Alias(Storage(node, input_index, root=t, layout=layout), (), node, 0))
+        self._set(t, Alias(Storage(node, input_index, root=t, layout=layout, leaf=leaf), (), node, 0))
 
     def rebind(self, t: torch.Tensor, step: View, node: tc_ir.Node) -> None:
         """``t``'s metadata changed in place (``t.t_()``): it is now ``step`` of its old self."""
@@ -407,6 +408,9 @@ class AliasTable:
         """Record that ``t`` now holds ``value``: the storage gets ``value`` scattered into it."""
         a = self.alias(t)
         _check_broadcast_write(a)
+        if a.storage.leaf and torch.is_grad_enabled():
+            # the input stands in as a non-leaf twin (``joint._writable_twin``); eager refuses this
+            raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
         chain = _first_copies(a.storage.value.spec, a.chain)
         bases = [a.storage.value]
         for step in chain[:-1]:

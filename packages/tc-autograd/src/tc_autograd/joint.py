@@ -80,7 +80,7 @@ def _fake_inputs(mode: FakeTensorMode, graph: tc_ir.Graph, rec: Recorder, inputs
             leaf.requires_grad_(True)
         with mode:
             fake = _writable_twin(leaf) if leaf.requires_grad else leaf
-        rec.table.fresh(fake, placeholder, input_index=i)
+        rec.table.fresh(fake, placeholder, input_index=i, leaf=value.is_leaf and value.requires_grad)
         fakes.append(fake)
         leaves.append(leaf)
     return fakes, leaves

@@ -42,7 +42,10 @@ def copy_back(inputs: Sequence[Any], positions: list[int], values: Sequence[torc
     enabled = torch.is_grad_enabled()  # read once: the loop restores it after each copy
     for i, value in zip(positions, values):
         target = inputs[i]
-        grad = enabled and (value.requires_grad or target.requires_grad)
+        # A leaf that requires grad was written under no_grad (eager refuses an in-place write to
+        # it otherwise, and so does the trace: ``Storage.leaf``): its new value is copied in
+        # without recording history (a parameter clamped or averaged under no_grad in forward)
+        grad = enabled and (value.requires_grad or target.requires_grad) and not (target.is_leaf and target.requires_grad)
         if not grad and (value is target or same_memory(value, target)):
             written.append(target)
             continue
