@@ -208,3 +208,22 @@ def test_a_view_of_an_intermediate_over_dynamic_sizes_compiles():
         torch.testing.assert_close(got, f(x))
         got.sum().backward()
         torch.testing.assert_close(x.grad, torch.full_like(x, 2.0))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_view_whose_gradient_comes_from_an_ops_formula_keeps_it(backend):
+    # var_mean(keepdim=True) decomposes below autograd: its var output views a 0-dim value that
+    # has no gradient of its own. Rebuilt as a view of that value, the output lost its gradient
+    # (found by the OpInfo sweep: var_mean, native_group_norm, unfold).
+    def f(x):
+        return torch.var_mean(x, dim=0, keepdim=True)
+
+    compiled = tc.compile(f, backend=backend)
+    for n in (5, 5):
+        x1 = torch.randn(n, requires_grad=True)
+        x2 = x1.detach().clone().requires_grad_()
+        got, want = compiled(x2), f(x1)
+        cotangents = [torch.randn_like(w) for w in want]
+        torch.autograd.backward(want, cotangents)
+        torch.autograd.backward(got, cotangents)
+        torch.testing.assert_close(x2.grad, x1.grad)

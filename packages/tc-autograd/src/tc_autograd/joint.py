@@ -130,10 +130,13 @@ def _plan_leaf(value: Any, rec: Recorder, fakes: list[Any], nodes: list[tc_ir.No
         if value is fakes[i]:
             return OutputLeaf("input", (i,))
         return OutputLeaf("input_view", (i, _view_steps(alias), value.requires_grad))
-    if alias is not None and id(alias.storage) in shared and value is not alias.storage.root:
+    root = alias.storage.root if alias is not None else None
+    if alias is not None and id(alias.storage) in shared and value is not root \
+            and (root.requires_grad or not value.requires_grad):
         # A view of a value the graph makes: made outside the autograd Function, from the whole
-        # value, as eager's view of it is (in-place writes to it are then allowed, as in eager)
-        root = alias.storage.root
+        # value, as eager's view of it is (in-place writes to it are then allowed, as in eager).
+        # Not where the value has no gradient but the view has: its gradient comes from an op's
+        # own formula (``var_mean`` decomposed below autograd), not through the view.
         steps = _replayable_steps(alias)
         if steps is not None:
             return OutputLeaf("output_view", (_graph_value(root, rec, nodes, tensors), steps, value.requires_grad))
