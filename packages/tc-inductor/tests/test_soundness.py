@@ -261,3 +261,17 @@ def test_reductions_over_no_element(backend, case):
 def test_an_empty_reduction_keeps_its_masks():
     assert triton_backend._divides((4, 2), {"RBLOCK": 8}, "RBLOCK")
     assert not triton_backend._divides((0, 2), {"RBLOCK": 8}, "RBLOCK")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("op", [aten.eq.Tensor, aten.lt.Tensor, aten.minimum.default, aten.sub.Tensor])
+def test_a_wider_operand_is_rounded_to_the_common_dtype_first(backend, op):
+    # Eager casts a float32 0-dim tensor beside a bfloat16 one to bfloat16 before computing; the
+    # kernels compared it unrounded: v == s was False where eager's is True (a tie the rounding
+    # makes), and minimum's backward split its gradient differently (fuzz seed 86701).
+    v = torch.tensor([1.0, 1.0078125, 1.00390625, -2.5], dtype=torch.bfloat16)
+    s = torch.tensor(1.00490625)  # between two bfloat16 values: rounds to 1.0078125
+    g = build(lambda g, a, b: g.call(op, a, b), [v, s])
+    options = {"backend": backend} if backend == "triton" else {}
+    got, want = tc_inductor.compile(g, [v, s], options)(v, s), op(v, s)
+    assert got.dtype == want.dtype and torch.equal(got, want)

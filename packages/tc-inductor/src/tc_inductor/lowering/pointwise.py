@@ -76,9 +76,17 @@ def make_pointwise(ctx, args: tuple, fn: Callable[..., UOp], kind: KIND = KIND.D
 
     if ctx.options.get("emulate_precision_casts"):
         args = tuple(_round_scalar(a, promote(args, KIND.NO_OPMATH)[1]) for a in args)
+    # Eager casts every tensor operand to the common dtype before computing: a float32 0-dim
+    # tensor beside a bfloat16 one is rounded to bfloat16 first (``v == s`` compared s unrounded)
+    common = elementwise_dtypes(*[_meta(a) for a in args if a is not None],
+                                type_promotion_kind=KIND.NO_OPMATH)[0]
+    narrowed = [isinstance(a, TensorValue) and common in kir.LOW_PRECISION and a.dtype != common
+                and a.dtype.is_floating_point for a in args]
 
     def body(index: tuple) -> UOp:
-        return finish(ctx, fn(*[read(a, index, compute) for a in args]), dtype)
+        values = [read(a, index, compute) for a in args]
+        values = [kir.round_to(v, common) if n else v for v, n in zip(values, narrowed)]
+        return finish(ctx, fn(*values), dtype)
 
     return Pointwise(shape, dtype, device, body)
 
