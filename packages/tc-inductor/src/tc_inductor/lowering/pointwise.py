@@ -74,12 +74,11 @@ def make_pointwise(ctx, args: tuple, fn: Callable[..., UOp], kind: KIND = KIND.D
     if compute is None:
         compute, _ = promote(args, kind)
 
-    if ctx.options.get("emulate_precision_casts"):
-        args = tuple(_round_scalar(a, promote(args, KIND.NO_OPMATH)[1]) for a in args)
     # Eager casts every tensor operand to the common dtype before computing: a float32 0-dim
     # tensor beside a bfloat16 one is rounded to bfloat16 first (``v == s`` compared s unrounded)
-    common = elementwise_dtypes(*[_meta(a) for a in args if a is not None],
-                                type_promotion_kind=KIND.NO_OPMATH)[0]
+    common = promote(args, KIND.NO_OPMATH)[1]
+    if ctx.options.get("emulate_precision_casts"):
+        args = tuple(_round_scalar(a, common) for a in args)
     narrowed = [isinstance(a, TensorValue) and common in kir.LOW_PRECISION and a.dtype != common
                 and a.dtype.is_floating_point for a in args]
 
