@@ -136,6 +136,35 @@ def test_outputs_on_inputs():
     assert keep.untyped_storage().data_ptr() not in memory | {state.graph.inputs[0].untyped_storage().data_ptr()}
 
 
+def test_outputs_all_on_static_inputs_come_back_as_the_graphs_own():
+    """An optimizer step's graph writes its static inputs in place and returns them: no new tensor
+    per output and replay (a detach each cost ~1 µs, 644 a ResNet-50 AdamW step)."""
+    def step(p, m):
+        m.mul_(0.9).add_(p)
+        p.sub_(m * 0.1)
+        return p, m
+
+    class Detaches(torch.overrides.TorchFunctionMode):
+        count = 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            Detaches.count += func is torch.Tensor.detach
+            return func(*args, **(kwargs or {}))
+
+    p, m = torch.randn(5), torch.zeros(5)
+    p_ref, m_ref = p.clone(), m.clone()
+    g = live(step, static=[0, 1])
+    for _ in range(2):  # warm-up, record
+        torch.testing.assert_close(g(p, m), step(p_ref, m_ref))
+    (state,) = [s for s in g.planner.states.values() if s.graph is not None]
+    for _ in range(3):
+        want = step(p_ref, m_ref)
+        with Detaches():
+            got = g(p, m)
+        torch.testing.assert_close(got, want)
+        assert all(a is b for a, b in zip(got, state.graph.outputs))
+    assert state.replays == 3 and Detaches.count == 0
+
 class SyncsOnce(FakeRecorder):
     """A function whose first call synchronises (a kernel's first-launch self-check)."""
 
