@@ -122,7 +122,7 @@ def make_weights(seed: int) -> Callable:
     def weights(k: int, t: torch.Tensor) -> torch.Tensor:
         if k not in cache or cache[k].shape != t.shape:
             gen = torch.Generator().manual_seed(seed * 1000 + k)
-            cache[k] = torch.randn(t.shape, generator=gen)
+            cache[k] = torch.randn(t.shape, generator=gen).to(t.device)
         return cache[k]
 
     return weights

@@ -15,6 +15,7 @@ almost always valid eager code.
 from __future__ import annotations
 
 import linecache
+import os
 import random
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -233,8 +234,12 @@ class Builder:
         if ops is None:
             return
         a = self.env[ops[0]]
-        if self.grad and name.startswith("foreach") and not _distinct_memory([self.env[n] for n in ops]):
-            return  # eager's autograd applies a repeated tensor's op once (its value twice)
+        if (self.grad or DEVICE.type == "cuda") and name.startswith("foreach") \
+                and not _distinct_memory([self.env[n] for n in ops]):
+            # eager's autograd applies a repeated tensor's op once (its value twice); on CUDA its
+            # multi-tensor kernel reads every list item before writing any, so a tensor listed
+            # twice gets the op once (once per item on the CPU): no defined result to match
+            return
         if name in INPLACE_READS and _reads_what_it_writes(name, [self.env[n] for n in ops]):
             return  # eager's answer depends on its loop order: no defined result to match
         fields = dict(zip("abc", ops), s=self.choose(SCALARS), k=self.choose((False, True)), **self.dims(a))
@@ -354,7 +359,13 @@ def random_program(seed: int, grad: bool | None = None) -> Program:
     return Builder(lambda options: rng.choice(list(options)), grad).build(seed)
 
 
+# Where the programs run: "cpu" (C++ kernels; CI) or "cuda" on a GPU host (Triton kernels).
+DEVICE = torch.device(os.environ.get("TC_FUZZ_DEVICE", "cpu"))
+
+
 def example_inputs(program: Program, seed: int) -> list[torch.Tensor]:
-    """Fresh contiguous bases for the program's inputs (carve them with ``InputSpec.carve``)."""
+    """Fresh contiguous bases for the program's inputs (carve them with ``InputSpec.carve``),
+    made on the CPU from ``seed`` and moved to ``DEVICE``."""
     gen = torch.Generator().manual_seed(seed)
-    return [_example(spec.base_shape() if spec.source is None else (0,), spec.dtype, gen) for spec in program.inputs]
+    return [_example(spec.base_shape() if spec.source is None else (0,), spec.dtype, gen).to(DEVICE)
+            for spec in program.inputs]

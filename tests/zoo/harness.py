@@ -12,6 +12,7 @@ model: eager runs the original, tc a ``copy.deepcopy``.
 from __future__ import annotations
 
 import copy
+import os
 import re
 import time
 import warnings
@@ -33,6 +34,9 @@ TOL = {"infer": (1e-3, 1e-4), "train": (2e-3, 2e-4)}  # (rtol, atol)
 # any fixed tolerance between two correct float32 summation orders. torch's own dynamo
 # benchmarks judge accuracy the same way.
 FP64_FACTOR, FP64_ATOL = 3.0, 1e-5
+# Where the cases run: "cpu" (C++ kernels; CI), or "cuda" on a GPU host (Triton kernels), with
+# TF32 off so that eager's float32 convolutions and matmuls are float32 as on the CPU.
+DEVICE = torch.device(os.environ.get("TC_ZOO_DEVICE", "cpu"))
 
 
 @dataclass
@@ -62,16 +66,18 @@ def run_case(case: ZooCase, task: str) -> ZooResult:
     """Compile ``case`` for ``task`` ("infer" or "train"), compare with eager, count graphs."""
     result = ZooResult(case.name, task)
     torch.manual_seed(0)
-    eager = case.build()
+    if DEVICE.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    eager = case.build().to(DEVICE)
     _set_mode(eager, task)
     compiled_model = copy.deepcopy(eager)
     explain_model = copy.deepcopy(eager)
     reference = copy.deepcopy(eager).double()
-    first = case.inputs(torch.Generator().manual_seed(1))
+    first = _on_device(case.inputs(torch.Generator().manual_seed(1)))
     try:
         _explain(result, explain_model, first, task)
         compiled = tc.compile(compiled_model)
-        for call, inputs in enumerate([first, case.inputs(torch.Generator().manual_seed(2))]):
+        for call, inputs in enumerate([first, _on_device(case.inputs(torch.Generator().manual_seed(2)))]):
             expected = _run(eager, case, inputs, task)
             f64 = _float64_run(reference, case, inputs, task)
             start = time.perf_counter()
@@ -83,6 +89,11 @@ def run_case(case: ZooCase, task: str) -> ZooResult:
         result.match = False
         result.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
     return result
+
+
+def _on_device(inputs: dict[str, Any]) -> dict[str, Any]:
+    """A case's inputs (made on the CPU from a seeded generator) on ``DEVICE``."""
+    return {k: v.to(DEVICE) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
 
 
 def _float64_run(reference: torch.nn.Module, case: ZooCase, inputs: dict[str, Any], task: str) -> dict:
