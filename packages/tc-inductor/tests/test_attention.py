@@ -185,3 +185,30 @@ def test_cuda_attention_is_fused(case):
 def _eager_mask(inputs, mask):
     m = inputs[3]
     return m.expand(m.shape[0], 1, m.shape[2], inputs[1].shape[2]) if mask == "broadcast_last" else m
+
+
+@pytest.mark.cuda
+def test_cuda_unaligned_bias_computed_in_the_graph():
+    """BEiT's relative-position bias: [1, heads, 17, 17] float32, computed in the graph, expanded
+    over the batch. Eager's memory-efficient kernel needs its rows 16-byte aligned (eager pads
+    them); tc's lowering stored them dense and the backward raised "attn_bias is not correctly
+    aligned"."""
+    shapes = [(4, 2, 17, 16)] * 3
+    g = tc_ir.Graph()
+    q, k, v = (g.input(n, tc_ir.TensorSpec(s, torch.float32, torch.device("cuda"))) for n, s in zip("qkv", shapes))
+    table = g.input("table", tc_ir.TensorSpec((1, 2, 17, 17), torch.float32, torch.device("cuda")))
+    bias = g.call(torch.mul, table, 2.0)
+    g.output(g.call(F.scaled_dot_product_attention, q, k, v, kwargs={"attn_mask": bias}))
+    inputs = [torch.randn(s, device="cuda", requires_grad=True) for s in shapes]
+    inputs.append(torch.randn(1, 2, 17, 17, device="cuda", requires_grad=True))
+    f = tc_autograd.aot(g, inputs, fw_compiler=_compiler, bw_compiler=_compiler,
+                        decompositions=tc_inductor.decompositions())
+    cot = torch.randn(shapes[0], device="cuda")
+    for _ in range(2):
+        out = f(*inputs)
+        grads = torch.autograd.grad(out, inputs, cot)
+        ref = F.scaled_dot_product_attention(*inputs[:3], attn_mask=inputs[3] * 2)
+        ref_grads = torch.autograd.grad(ref, inputs, cot)
+        torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+        for a, b in zip(grads, ref_grads):
+            torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)

@@ -3,6 +3,9 @@ views of a buffer in the value's own layout (as in eager), never as a copy in th
 
 from __future__ import annotations
 
+import operator
+
+import pytest
 import torch
 
 import tc_inductor
@@ -74,3 +77,48 @@ def test_triton_mm_of_transposed_cast():
     seen, out = _extern_args(compiled, inputs)
     assert seen == [[(16, 64), (64, 1), (64, 67), (1, 64)]]
     torch.testing.assert_close(out, tc_ir.interpret(g, inputs), atol=0.1, rtol=2e-2)  # bf16: one ulp of results near 8
+
+
+def _efficient_attention_graph(bias: torch.Tensor, computed: bool):
+    """q, k, v and a bias (computed in the graph, or read as it is) into the memory-efficient
+    attention op, as eager's SDPA calls it on CUDA (the bias expanded over the batch)."""
+    q, k, v = (torch.randn(4, 2, 17, 16) for _ in range(3))
+    g = tc_ir.Graph()
+    qi, ki, vi, bi = (g.input(n, tc_ir.TensorSpec.from_tensor(t)) for n, t in zip("qkvb", (q, k, v, bias)))
+    b = g.call(aten.mul.Tensor, bi, 2.0) if computed else bi
+    b = g.call(aten.expand.default, b, [4, 2, 17, 17])
+    out = g.call(aten._scaled_dot_product_efficient_attention.default, qi, ki, vi, b, False)
+    g.output(g.call(operator.getitem, out, 0))
+    return g, [q, k, v, bias]
+
+
+@pytest.mark.parametrize("computed", [True, False])
+def test_efficient_attention_bias_is_stored_aligned(computed):
+    """The kernel refuses a bias whose strides but the last are not multiples of 16 bytes; a
+    [.., 17, 17] bias reaches it as a window on rows padded to 24 (BEiT on CUDA raised "attn_bias
+    is not correctly aligned" in the backward). The kernel itself runs only on CUDA: here a
+    stand-in receives the operands."""
+    bias = torch.randn(1, 2, 17, 17)
+    g, inputs = _efficient_attention_graph(bias, computed)
+    compiled = tc_inductor.compile(g, inputs, {"cache": False})
+    env = compiled._fn.__globals__
+    (name,) = [n for n in env if n.startswith("ext_")]
+    seen = []
+
+    def stand_in(q, k, v, b, *rest):
+        seen.append(b.clone())
+        assert b.stride()[-1] == 1 and all(s % 8 == 0 for s in b.stride()[:-1]), b.stride()
+        assert b.stride(0) == 0  # still broadcast over the batch: stored once
+        return torch.zeros_like(q), torch.zeros(4, 2, 0), torch.zeros((), dtype=torch.int64), torch.zeros((), dtype=torch.int64)
+
+    env[name] = stand_in
+    compiled(*inputs)
+    want = (bias * 2 if computed else bias).expand(4, 2, 17, 17)
+    torch.testing.assert_close(seen[0], want)
+
+
+def test_an_aligned_bias_reaches_the_kernel_as_it_is():
+    padded = torch.randn(1, 2, 17, 24)
+    g, inputs = _efficient_attention_graph(padded[..., :17], computed=False)
+    compiled = tc_inductor.compile(g, inputs, {"cache": False})
+    assert "empty_strided" not in compiled.source  # no copy of the bias

@@ -441,6 +441,7 @@ class GraphLowering:
             self._stored_bases.clear()  # later readers of a base must not see the mutation
         args, kwargs = tc_ir.map_structure(
             (args, kwargs), lambda v: self.realize_for_extern(v) if isinstance(v, Pointwise) else v)
+        args, kwargs = self._aligned_operands(target, args, kwargs)
         name = self.new_name("extern")
         outputs = _extern_outputs(name, spec)
         outputs = self._extern_layout(node, outputs)
@@ -448,6 +449,40 @@ class GraphLowering:
         self.extern_reasons[tc_ir.target_name(target) if _nameable(target) else str(target)] = reason
         log.debug("extern %s: %s", target, reason)
         return outputs if outputs is not None else RuntimeValue(name)
+
+    def _aligned_operands(self, target: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """``args``/``kwargs`` with each operand that ``target``'s kernel needs aligned
+        (``ALIGNED_OPERANDS``) stored again in an aligned layout where the one it has is not."""
+        where = ALIGNED_OPERANDS.get(target)
+        if where is None:
+            return args, kwargs
+        position, name = where
+        in_args = position < len(args)
+        value = args[position] if in_args else kwargs.get(name)
+        if not isinstance(value, BufferValue) or _aligned(value):
+            return args, kwargs
+        value = self._store_aligned(value)
+        if in_args:
+            return (*args[:position], value, *args[position + 1:]), kwargs
+        return args, {**kwargs, name: value}
+
+    def _store_aligned(self, value: BufferValue) -> BufferValue:
+        """``value`` copied into a buffer whose rows start every ``ALIGN`` elements (the last dim
+        padded, as eager's ``pad_bias`` pads it), keeping broadcast dims broadcast (a bias
+        expanded over the batch is stored once)."""
+        shape, broadcast = tuple(value.shape), [st == 0 and n != 1 for n, st in zip(value.shape, value.stride)]
+        stored_shape = tuple(1 if b else n for n, b in zip(shape, broadcast))
+        stride, step = [0] * len(shape), 1
+        for d in reversed(range(len(shape))):
+            stride[d] = step
+            step *= stored_shape[d]
+            if d == len(shape) - 1:
+                step = -(-step // ALIGN) * ALIGN
+        buf = ComputedBuffer(self.new_name(), stored_shape, tuple(stride), value.dtype, value.device,
+                             lambda index, rindex, value=value: value.load(index))
+        self._add_computed(buf)
+        stored = buf.value()
+        return stored.restrided(shape, tuple(0 if b else st for b, st in zip(broadcast, stored.stride)), 0)
 
     def _extern_layout(self, node: Node, outputs: Any) -> Any:
         """A convolution's results in the region are expected channels-last (cuDNN/oneDNN return
@@ -503,6 +538,39 @@ def _reduction_key(shape, dtype, device, body, rranges, reduction_type) -> tuple
 def _spec_device(spec: Any) -> torch.device:
     found = [s.device for s in tc_ir.leaves(spec) if isinstance(s, TensorSpec)]
     return found[0] if found else torch.device("cpu")
+
+
+# Vendor kernels that refuse an operand unless its memory is aligned: (position, name) of the
+# operand whose strides but the last (and offset) must be multiples of ``ALIGN`` elements, with a
+# unit last stride. The memory-efficient attention's bias, forward and backward: eager's
+# composite SDPA pads an unaligned bias (``pad_bias``: a pad and a slice in the trace), and the
+# lowering, which picks its own layouts, stored the slice in a dense [.., 17, 17] buffer the
+# kernel refused ("attn_bias is not correctly aligned", BEiT's relative-position bias on CUDA).
+ALIGN = 8  # elements, as eager pads: 16 bytes of bf16, 32 of float32
+ALIGNED_OPERANDS = {
+    torch.ops.aten._scaled_dot_product_efficient_attention.default: (3, "attn_bias"),
+    torch.ops.aten._scaled_dot_product_efficient_attention_backward.default: (4, "attn_bias"),
+    torch.ops.aten._efficient_attention_forward.default: (3, "bias"),
+    torch.ops.aten._efficient_attention_backward.default: (4, "bias"),
+}
+
+
+def _aligned(value: BufferValue) -> bool:
+    """Whether ``value`` is laid out as ``ALIGNED_OPERANDS`` asks; True over symbolic strides,
+    which are left as they are."""
+    shape, stride, offset = ([_static(n) for n in ns] for ns in (value.shape, value.stride, [value.offset]))
+    if None in (*shape, *stride, *offset):
+        return True
+    if shape and shape[-1] != 1 and stride[-1] != 1:
+        return False
+    return all(st % ALIGN == 0 for st in stride[:-1]) and offset[0] % ALIGN == 0
+
+
+def _static(n: Any) -> int | None:
+    """``n`` as an int, or None over symbolic sizes."""
+    if isinstance(n, int):
+        return n
+    return int(n) if isinstance(n, sympy.Basic) and n.is_Integer else None
 
 
 def _nameable(target: Any) -> bool:
