@@ -48,7 +48,9 @@ def rule(value):
     if getattr(value, "_torchdynamo_disable", False) is True and not _optim_internal(value):
         return _disabled
     module = getattr(value, "__module__", None)
-    if isinstance(module, str) and module.startswith(("torch.func", "torch._functorch")):
+    # ``torch.functional`` (einsum, split, norm, meshgrid, ...) is no transform: only the
+    # ``torch.func`` package and functorch's are
+    if isinstance(module, str) and (module == "torch.func" or module.startswith(("torch.func.", "torch._functorch"))):
         return _func_transform
     if _allowed_in_graph(value):
         return _in_graph
