@@ -336,6 +336,16 @@ def set_attr(f, obj: V, name: str, value: V) -> None:
             return
         obj.attrs[name] = value
         return
+    if isinstance(obj, DataDictV):  # a ModelOutput: its own __setattr__ also sets the item
+        own = _lookup(obj.cls, "__setattr__")[1]
+        if own is object.__setattr__:
+            obj.fields[name] = value
+            f.session.note_mutation(obj)
+        elif isinstance(own, types.FunctionType):
+            call_function(f, Const(own), [obj, Const(name), value], {})
+        else:
+            raise Unsupported(f"{obj.cls.__name__}.__setattr__ is not Python code")
+        return
     if isinstance(obj, FuncV) and name not in ("__code__", "__globals__", "__closure__", "__defaults__",
                                                 "__kwdefaults__"):
         obj.attrs[name] = value

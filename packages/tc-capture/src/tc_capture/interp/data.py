@@ -212,6 +212,12 @@ def setitem(f, obj: V, key: V, value: V) -> None:
     if isinstance(obj, TensorV):
         record(f.session, operator.setitem, (obj, key, value), {})
         return
+    own = getattr(obj.cls, "__setitem__", None) if isinstance(obj, DataDictV) else None
+    if isinstance(own, types.FunctionType):
+        # a ``ModelOutput``'s own ``__setitem__``: it also sets the attribute (``out["h"] = v``
+        # then ``out.h``), which storing the item alone lost (HF's segformer)
+        call_function(f, Const(own), [obj, key, value], {})
+        return
     if isinstance(obj, ListV):
         k = realize_const(key)
         if isinstance(k, slice):

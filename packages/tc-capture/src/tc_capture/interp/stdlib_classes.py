@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import abc
 import builtins
+import collections
 import dataclasses
 import dis
 import enum
@@ -33,7 +34,7 @@ from .base import STDLIB_DIR, TORCH_DIR, Unsupported, call_function, hashable, r
 from .builtins_ import BUILTINS
 from .pyops import realize_const
 from .stdlib_misc import numpy_scalar
-from .variables import BoundV, CellV, Const, DictV, FuncV, ObjV, V
+from .variables import BoundV, CellV, Const, DataDictV, DictV, FuncV, ObjV, V
 
 _CLASS_BODY_CALLS = {property, staticmethod, classmethod, functools.cached_property, dataclasses.field, enum.auto,
                      abc.abstractmethod, functools.total_ordering}
@@ -261,9 +262,24 @@ def _c_layout(cls: type) -> bool:
 
 def _object_setattr(f, args, kwargs) -> V:
     obj, name, value = args
+    if isinstance(obj, DataDictV):  # a ModelOutput's attribute (its fields; its items are the dict)
+        obj.fields[realize_const(name)] = value
+        f.session.note_mutation(obj)
+        return Const(None)
     if not isinstance(obj, ObjV):
         raise Unsupported("object.__setattr__ on an object not made while capturing")
     obj.attrs[realize_const(name)] = value
+    return Const(None)
+
+
+def _dict_setitem(f, args, kwargs) -> V:
+    """``dict.__setitem__(d, k, v)`` (``super().__setitem__`` in a dict subclass's own, as
+    ``ModelOutput``'s): the item alone, whatever the subclass's ``__setitem__`` does."""
+    obj, key, value = args
+    if not isinstance(obj, DictV) or kwargs:
+        raise Unsupported("dict.__setitem__ on a value that is no dict made or read while capturing")
+    obj.items[realize_const(key)] = value
+    f.session.note_mutation(obj)
     return Const(None)
 
 
@@ -293,6 +309,7 @@ def _type_call(f, args, kwargs) -> V:
 
 BUILTINS[object.__new__] = _new_object
 BUILTINS[object.__setattr__] = _object_setattr
+BUILTINS[dict.__setitem__] = BUILTINS[collections.OrderedDict.__setitem__] = _dict_setitem
 BUILTINS[type.__call__] = _type_call
 
 

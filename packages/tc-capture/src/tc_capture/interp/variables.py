@@ -8,6 +8,8 @@ so they can be mutated, inlined and rebuilt after the graph runs.
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Any
 
 
@@ -79,6 +81,15 @@ class DataDictV(DictV):
     def __init__(self, fields: dict, cls: type):
         super().__init__({k: v for k, v in fields.items() if not (type(v) is Const and v.value is None)}, None, cls)
         self.fields = dict(fields)
+
+    def made_by_init(self) -> bool:
+        """Whether ``cls(**fields)`` rebuilds it: the items are the fields that are not ``None``,
+        in field order, and every attribute is a field (not so after ``out["h"] = v`` of a new
+        key, ``out.a = None``, or items set in another order)."""
+        names = {fd.name for fd in dataclasses.fields(self.cls) if fd.init}
+        expected = [(k, v) for k, v in self.fields.items() if not (type(v) is Const and v.value is None)]
+        return set(self.fields) <= names and [(k, id(v)) for k, v in expected] == \
+            [(k, id(v)) for k, v in self.items.items()]
 
 
 class SetV(V):

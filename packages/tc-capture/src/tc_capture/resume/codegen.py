@@ -6,6 +6,8 @@ Everything the runner does is one generated Python function whose source is kept
 
 from __future__ import annotations
 
+import collections
+
 import types
 from typing import Any
 
@@ -39,6 +41,19 @@ def _new_obj(cls):
     return cls.__new__(cls)
 
 
+def _data_dict(cls, items, attrs):
+    """A ``ModelOutput``-style dataclass dict with exactly these items (in order) and attributes,
+    made without running its ``__init__``/``__post_init__`` or its own ``__setitem__``."""
+    obj = cls.__new__(cls)
+    base = collections.OrderedDict if issubclass(cls, collections.OrderedDict) else dict
+    base.__init__(obj)
+    for key, value in items:
+        base.__setitem__(obj, key, value)
+    for name, value in attrs:
+        object.__setattr__(obj, name, value)
+    return obj
+
+
 def _make_fn(code, globals_, defaults, kwdefaults, closure, qualname):
     fn = types.FunctionType(code, globals_, code.co_name, defaults or None, closure or None)
     fn.__kwdefaults__, fn.__qualname__ = kwdefaults or None, qualname
@@ -46,7 +61,7 @@ def _make_fn(code, globals_, defaults, kwdefaults, closure, qualname):
 
 
 _RUNTIME = {"NULL": NULL, "UNBOUND": UNBOUND, "_ResumeIter": ResumeIter, "_ModeExit": ModeExit,
-            "_new_obj": _new_obj, "_make_fn": _make_fn, "_cell": types.CellType,
+            "_new_obj": _new_obj, "_make_fn": _make_fn, "_data_dict": _data_dict, "_cell": types.CellType,
             "_MethodType": types.MethodType, "_setattr": object.__setattr__,
             "_set_grad": __import__("torch")._C._set_grad_enabled, **RUNTIME_NAMES}
 
@@ -102,8 +117,12 @@ class Rebuild:
         if isinstance(v, (ListV, DictV, SetV)) and v.source is not None:
             return v.source.expr
         if isinstance(v, DataDictV):
-            body = ", ".join(f"{k}={self.expr(x)}" for k, x in v.fields.items())
-            return self._bind(v, f"{self.refs(v.cls)}({body})")
+            if v.made_by_init():
+                body = ", ".join(f"{k}={self.expr(x)}" for k, x in v.fields.items())
+                return self._bind(v, f"{self.refs(v.cls)}({body})")
+            items = ", ".join(f"({k!r}, {self.expr(x)})" for k, x in v.items.items())
+            attrs = ", ".join(f"({k!r}, {self.expr(x)})" for k, x in v.fields.items())
+            return self._bind(v, f"_data_dict({self.refs(v.cls)}, [{items}], [{attrs}])")
         if isinstance(v, ListV):
             return self._bind(v, f"[{', '.join(self.expr(x) for x in v.items)}]")
         if isinstance(v, SetV):  # bound once: two names for one set stay one set

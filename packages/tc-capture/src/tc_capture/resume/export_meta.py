@@ -43,6 +43,8 @@ def returns_spec(v: V, outputs: list) -> Any:
     if isinstance(v, ListV):
         return [returns_spec(x, outputs) for x in v.items]
     if isinstance(v, DataDictV):
+        if not v.made_by_init():  # items or attributes its constructor would not make
+            raise TypeError(f"cannot describe a returned {v.cls.__name__} whose items were set after it was made")
         return ("object", v.cls, {k: returns_spec(x, outputs) for k, x in v.fields.items()})
     if isinstance(v, DictV):
         return v.cls({k: returns_spec(x, outputs) for k, x in v.items.items()})
