@@ -41,6 +41,7 @@ from ..resume.compile_region import (
 )
 from ..resume.native_resume import resume_natively
 from ..resume.real_frame import RealFrame
+from .default_device import only_device_modes, set_aside
 
 log_recompiles = tc_ir.logs.get_logger("recompiles")
 _tls = threading.local()
@@ -91,13 +92,19 @@ class FrameCache:
 
     # ---- lookup and compile -------------------------------------------------------------------
     def lookup(self, offset: int, F, C) -> Entry | None:
+        if _function_modes():  # DeviceContexts only: guards read tensors through torch calls they would hook
+            with set_aside():
+                return self._lookup(offset, F, C)
+        return self._lookup(offset, F, C)
+
+    def _lookup(self, offset: int, F, C) -> Entry | None:
         for entry in self.entries.get(offset, ()):
             if entry.guard(F, C):
                 return entry
         return None
 
     def miss(self, offset: int, F, C) -> Entry | None:
-        with self.lock:
+        with self.lock, set_aside():  # capture and compile: tc's own work, see ``default_device``
             found = self.lookup(offset, F, C)
             if found is not None:
                 return found
@@ -161,7 +168,7 @@ class FrameCache:
         fn = self.fn if fn is None else fn
         if F is None:  # arguments the function does not take: eager raises its own TypeError
             return fn(*args, **kwargs)
-        if _function_modes() or _dispatch_modes():
+        if (_function_modes() or _dispatch_modes()) and not only_device_modes():
             return self._under_modes(fn, args, kwargs)
         C = self.closure if fn is self.fn else (fn.__closure__ or ())
         entry = self.lookup(0, F, C)
@@ -174,25 +181,28 @@ class FrameCache:
             _tally(entry)
         elif fn is not self.fn:
             _tally(entry)
-        with COMPILING:
-            out = entry.run(F, C)
+        out = _run(entry, F, C)
         if entry.break_ip is None:
             return out
         return self._continue(entry, out)
 
     def _under_modes(self, fn, args, kwargs):
-        """A torch function or dispatch mode is active (``with torch.device(...)``,
-        ``torch.set_default_device``, a user's mode): eager calls route every op through it, the
-        compiled code would not (factories on another device, the mode's own results), so the
-        call runs in Python while one is (one warning)."""
+        """A torch function or dispatch mode other than a ``DeviceContext`` is active (a user's
+        mode): eager calls route every op through it, the compiled code would not (the mode's own
+        results, the ops a dispatch mode sees), so the call runs in Python while one is (one
+        warning). ``DeviceContext`` modes alone (``with torch.device(...)``,
+        ``torch.set_default_device``) are compiled for: see ``default_device``."""
+        self._warn_modes()
+        return fn(*args, **kwargs)
+
+    def _warn_modes(self) -> None:
         if not self.warned_modes:
             self.warned_modes = True
             active = [type(m).__name__ for m in torch.overrides._get_current_function_mode_stack()]
             active += [type(m).__name__ for m in torch.utils._python_dispatch._get_current_dispatch_mode_stack()]
             warn_fallback(self.code.co_filename, self.code.co_firstlineno,
-                          f"{self.code.co_name} is called with a torch function or dispatch mode active "
+                          f"{self.code.co_name} runs with a torch function or dispatch mode active "
                           f"({', '.join(active)}); compiled code would bypass it, so it runs eagerly while one is")
-        return fn(*args, **kwargs)
 
     def _first_call(self, fn, F, args, kwargs):
         """The first call of a compiled function: the entries it runs, through nested frames too,
@@ -297,15 +307,28 @@ class FrameCache:
                 C = frame.cell_list()
                 frame = RealFrame(self.code, self.globals, F[:len(self.code.co_varnames)],
                                F[len(self.code.co_varnames):], C, frame.index_of[offset])
+            if (_function_modes() or _dispatch_modes()) and not only_device_modes():
+                self._warn_modes()  # the break entered a mode: the rest of the frame runs under it
+                return self._give_up(frame, offset, F, C)
             # Capture goes on after the break, or in the handler that caught its exception.
             entry = self.lookup(offset, F, C) or self.miss(offset, F, C)
             if entry is None:
                 return self._give_up(frame, offset, F, C)
             _tally(entry)
-            with COMPILING:
-                out = entry.run(F, C)
+            out = _run(entry, F, C)
             if entry.break_ip is None:
                 return out
+
+
+def _run(entry: Entry, F, C):
+    """Run a cache entry; ``DeviceContext`` modes (the only ones a compiled call runs under) are
+    set aside meanwhile: the entry's graph holds their device, and tc's own tensors must not get
+    it (``default_device``)."""
+    if not _function_modes():
+        with COMPILING:
+            return entry.run(F, C)
+    with COMPILING, set_aside():
+        return entry.run(F, C)
 
 
 def _tally(entry: Entry) -> None:

@@ -24,6 +24,7 @@ from torch.utils.hooks import RemovableHandle
 
 from tc_ir import storage
 
+from .default_device import default_device
 from .sources import RUNTIME_NAMES, Source, pretty
 
 _HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
@@ -178,12 +179,19 @@ class GuardSet:
 
     def ambient(self) -> None:
         """The process state a trace reads beyond grad mode: autocast (per device: on, and its
-        dtype) and the default dtype (factories without one). A graph captured without autocast
-        holds no casts, one captured under it holds them: called in the other state, it returned
-        the other dtypes (float32 where eager's matmul gives bfloat16, and the reverse)."""
+        dtype), the default dtype and the default device (factories without one). A graph
+        captured without autocast holds no casts, one captured under it holds them: called in the
+        other state, it returned the other dtypes (float32 where eager's matmul gives bfloat16,
+        and the reverse). A graph's factories hold the default device they were captured under
+        (``default_device``): under another one, or none, the call captures again."""
         default = torch.get_default_dtype()
         get = self.ref(torch.get_default_dtype)
         self.add(None, f"{get}() is {self.ref(default)}", f"default dtype is {default}", f"{get}()")
+        device, read = default_device(), self.ref(default_device)
+        if device is None:
+            self.add(None, f"{read}() is None", "no default device is set", f"{read}()")
+        else:
+            self.add(None, f"{read}() == {self.ref(device)}", f"default device is {device}", f"{read}()")
         any_on = self.ref(torch._C._is_any_autocast_enabled)
         if not torch._C._is_any_autocast_enabled():
             self.add(None, f"not {any_on}()", "autocast is off", f"{any_on}()")

@@ -22,6 +22,7 @@ import torch
 
 import tc_ir
 
+from ..cache import default_device
 from ..cache import sources as S
 from . import numpy_funcs, numpy_ops, queries, stdlib_collections, stdlib_iter, torch_features  # noqa: F401  (they register BUILTINS)
 from .base import OPTIM_DIR, STDLIB_DIR, TORCH_DIR, Unsupported, defines, hashable, real_path
@@ -429,12 +430,26 @@ def torch_call(f, fn, args, kwargs) -> V:
         return tensor_method(f, fn.__name__, args[0], args[1:], kwargs)
     if fn is torch.is_grad_enabled:
         return Const(f.session.grad_enabled)
+    if fn is torch.get_default_device:  # the mode it reads is set aside while capturing
+        return Const(default_device.queried(f.session.default_device))
+    kwargs = _on_default_device(f.session.default_device, fn, kwargs)
     if fn in _FOREACH_POINTWISE and _tensor_scalars(args, kwargs) is not None:
         return _foreach_with_tensor_scalars(f, fn, args, kwargs)
     from_numpy = numpy_ops.from_numpy_call(f, fn, args, kwargs)  # torch.from_numpy(a) of a tracked ndarray
     if from_numpy is not None:
         return from_numpy
     return record(f.session, fn, tuple(args), kwargs)
+
+
+def _on_default_device(device: torch.device | None, fn, kwargs: dict[str, V]) -> dict[str, V]:
+    """A factory called without a ``device=`` (or with ``device=None``) under a default device
+    gets it written in, as the ``DeviceContext`` mode gives it in eager (``cache/default_device``)."""
+    if device is None or not default_device.redirected(fn):
+        return kwargs
+    given = kwargs.get("device")
+    if given is not None and not (isinstance(given, Const) and given.value is None):
+        return kwargs
+    return {**kwargs, "device": Const(device)}
 
 
 # Compiling optimizers take paths where a step count is a tensor (``_get_value`` returns it

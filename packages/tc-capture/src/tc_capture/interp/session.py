@@ -11,6 +11,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import tc_ir
 
 from ..cache import sources as S
+from ..cache.default_device import default_device
 from ..cache.guards import GuardSet, is_constant_tuple
 from . import optimizers
 from .base import NULL, Unsupported
@@ -88,6 +89,8 @@ class Session:
         self.grad_enabled = torch.is_grad_enabled()
         self.guards.grad_mode(self.grad_enabled)
         self.guards.ambient()
+        # Factories without a ``device=`` get it (``default_device``): read once, as the guard was.
+        self.default_device = default_device()
         self.top_globals: dict = {}
         self.global_writes: dict = {}
         self.attr_writes: dict = {}
