@@ -252,3 +252,36 @@ def test_a_tensor_in_a_list_compares_as_eager_does():
         _same(tensor_in_list(*args), compiled(*args))
     with pytest.raises(RuntimeError, match="ambiguous"):
         compiled(torch.ones(3), [torch.ones(3)])
+
+
+class _Py312RangeIterator:
+    """What ``iter(range(...))`` reduces to from Python 3.12 on: the range still to come, no position."""
+
+    def __init__(self, rest: range):
+        self.rest = rest
+
+    def __reduce__(self):
+        return iter, (self.rest,), None
+
+
+def test_a_python_312_range_iterator_state_is_a_position_in_the_rest():
+    from tc_capture.cache.sources import REAL_ITERATORS, iter_at, iter_state
+
+    seq, index = iter_state(_Py312RangeIterator(range(2, 5)))
+    assert (seq, index) == (range(2, 5), 0)
+    it = iter_at(REAL_ITERATORS[2], list(seq), index)
+    assert type(it) is type(iter(range(0))) and list(it) == [2, 3, 4]
+    assert iter_state(iter([1, 2])) == ([1, 2], 0)  # 3.11's own form is unchanged
+
+
+def test_a_range_iterator_live_at_a_graph_break_resumes_where_it_was():
+    def f(x):
+        it = iter(range(4))
+        next(it)
+        print("", end="")  # a graph break with the iterator live
+        return [x * i for i in it]
+
+    compiled = tc_capture.optimize(interpret_backend)(f)
+    for x in (torch.randn(2), torch.randn(3)):
+        for g, w in zip(compiled(x), f(x)):
+            torch.testing.assert_close(g, w)

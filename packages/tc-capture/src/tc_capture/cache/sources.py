@@ -96,10 +96,13 @@ REAL_ITERATORS = (type(iter([])), type(iter(())), type(iter(range(0)))) + REVERS
 
 def iter_state(it) -> tuple:
     """``(sequence, position)`` of a list, tuple or range iterator (``((), 0)`` once exhausted);
-    a reversed iterator's position is the next index it yields, counting down (-1: exhausted)."""
+    a reversed iterator's position is the next index it yields, counting down (-1: exhausted).
+    From Python 3.12 a range iterator reduces to the range still to come and no position
+    (``range(2, 4), None``): position 0 of that range (a ``None`` position crashed the rebuild
+    of a range iterator live at a graph break: HF Funnel on Python 3.12)."""
     state = it.__reduce__()
     if len(state) == 3:
-        return state[1][0], state[2]
+        return state[1][0], 0 if state[2] is None else state[2]
     return (), -1 if type(it) in REVERSED_ITERATORS else 0
 
 
