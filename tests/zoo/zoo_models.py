@@ -70,6 +70,28 @@ TIMM_CASES = [
     _timm("mobilevit_xxs", 64),
     _timm("levit_128s", 64, img_size=64),
     _timm("resnext26ts", 64),
+    # families added in the thirteenth session (findings under /work/findings/zoo_s13/)
+    _timm("convnextv2_atto", 64, depths=(1, 1, 1, 1), drop_path_rate=0.0),
+    _timm("poolformer_s12", 64, drop_path_rate=0.0),
+    _timm("edgenext_xx_small", 64, depths=(1, 1, 1, 1), drop_path_rate=0.0),
+    _timm("nf_regnet_b0", 64, drop_path_rate=0.0),
+    _timm("cait_xxs24_224", 32, img_size=32, patch_size=8, depth=2, depth_token_only=1, drop_path_rate=0.0),
+    _timm("beit_base_patch16_224", 32, img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2,
+          drop_path_rate=0.0),
+    _timm("eva02_tiny_patch14_224", 32, img_size=32, patch_size=8, depth=2, drop_path_rate=0.0),
+    _timm("xcit_nano_12_p16_224", 64, img_size=64, depth=2, drop_path_rate=0.0),
+    _timm("pit_ti_224", 64, img_size=64, depth=(1, 1, 1), drop_path_rate=0.0),
+    _timm("dla46_c", 64, levels=(1, 1, 1, 2, 1, 1)),
+    _timm("res2net50_26w_4s", 64, layers=(1, 1, 1, 1), drop_path_rate=0.0),
+    _timm("skresnet18", 64, layers=(1, 1, 1, 1), drop_path_rate=0.0),
+    _timm("pvt_v2_b0", 64, depths=(1, 1, 1, 1), drop_path_rate=0.0),
+    _timm("mobilenetv4_conv_small", 64),
+    _timm("coatnet_nano_rw_224", 64, img_size=64, drop_path_rate=0.0),
+    _timm("maxvit_rmlp_pico_rw_256", 64, img_size=64, drop_path_rate=0.0),
+    _timm("tnt_s_patch16_224", 32, img_size=32, patch_size=8, depth=2, drop_path_rate=0.0),
+    _timm("fastvit_t8", 64, layers=(1, 1, 1, 1), drop_path_rate=0.0),
+    _timm("tresnet_m", 64, layers=(1, 1, 1, 1), drop_path_rate=0.0),
+    _timm("rexnet_100", 64, depth_mult=0.3, drop_path_rate=0.0),
 ]
 
 
@@ -93,13 +115,60 @@ def _hf_loss(out: Any, inputs: dict[str, Any]) -> torch.Tensor:
 
 
 def _hf(name: str, model_cls: str, config_cls: str, masked_lm: bool, fast: bool = False,
-        seq2seq: bool = False, **config: Any) -> ZooCase:
+        seq2seq: bool = False, inputs: Callable[[torch.Generator], dict[str, Any]] | None = None,
+        loss: Callable[[Any, dict[str, Any]], torch.Tensor] = _hf_loss, attn: str = "sdpa",
+        **config: Any) -> ZooCase:
+    """An HF model from its config; token inputs unless ``inputs`` makes others (audio, images).
+    ``attn="eager"`` for the architectures that HF has no SDPA attention for."""
     def build() -> torch.nn.Module:
         import transformers
         cfg = getattr(transformers, config_cls)(**config)
-        cfg._attn_implementation = "sdpa"
+        cfg._attn_implementation = attn
         return getattr(transformers, model_cls)(cfg)
-    return ZooCase(f"hf/{name}", "hf", build, lambda g: _tokens(g, masked_lm, seq2seq), _hf_loss, fast=fast)
+    make = inputs if inputs is not None else lambda g: _tokens(g, masked_lm, seq2seq)
+    return ZooCase(f"hf/{name}", "hf", build, make, loss, fast=fast)
+
+
+def _with_boxes(g: torch.Generator) -> dict[str, Any]:
+    """Tokens with a layout box (x0, y0, x1, y1 in 0..1000) per token, as LayoutLM reads them."""
+    tokens = _tokens(g, masked_lm=True, seq2seq=False)
+    corners = torch.randint(0, 500, (BATCH, SEQ, 2), generator=g)
+    sizes = torch.randint(1, 500, (BATCH, SEQ, 2), generator=g)
+    return {**tokens, "bbox": torch.cat([corners, corners + sizes], dim=-1)}
+
+
+def _speech_features(g: torch.Generator) -> dict[str, Any]:
+    """Whisper: log-mel features (8 bins x 32 frames, what max_source_positions=16 expects)."""
+    tokens = _tokens(g, masked_lm=False, seq2seq=True)
+    return {"input_features": torch.randn(BATCH, 8, 32, generator=g),
+            "decoder_input_ids": tokens["decoder_input_ids"], "labels": tokens["labels"]}
+
+
+def _waveform(g: torch.Generator) -> dict[str, Any]:
+    """wav2vec2 CTC: raw float waveforms (400 samples -> 39 frames) and padded character labels."""
+    labels = torch.randint(1, 32, (BATCH, 6), generator=g)
+    labels[1, -2:] = -100  # the second transcript is shorter
+    return {"input_values": torch.randn(BATCH, 400, generator=g), "labels": labels}
+
+
+def _pixels(size: int, **extra: Callable[[torch.Generator], torch.Tensor]):
+    def make(g: torch.Generator) -> dict[str, Any]:
+        return {"pixel_values": torch.randn(IMAGE_BATCH, 3, size, size, generator=g),
+                **{k: f(g) for k, f in extra.items()}}
+    return make
+
+
+def _text_and_image(g: torch.Generator) -> dict[str, Any]:
+    """CLIP: BATCH captions (one padded) and as many images."""
+    tokens = _tokens(g, masked_lm=False, seq2seq=False)
+    return {"input_ids": tokens["input_ids"], "attention_mask": tokens["attention_mask"],
+            "pixel_values": torch.randn(BATCH, 3, 32, 32, generator=g)}
+
+
+def _contrastive_loss(out: Any, inputs: dict[str, Any]) -> torch.Tensor:
+    """CLIP's loss: caption i goes with image i, both ways."""
+    target = torch.arange(out.logits_per_image.shape[0], device=out.logits_per_image.device)
+    return (F.cross_entropy(out.logits_per_image, target) + F.cross_entropy(out.logits_per_text, target)) / 2
 
 
 _BERTISH = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -135,6 +204,81 @@ HF_CASES = [
         encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
         encoder_ffn_dim=37, decoder_ffn_dim=37, max_position_embeddings=64, dropout=0.0,
         attention_dropout=0.0, activation_dropout=0.0),
+    # families added in the thirteenth session (findings under /work/findings/zoo_s13/)
+    _hf("deberta_v2", "DebertaV2ForMaskedLM", "DebertaV2Config", True, attn="eager", relative_attention=True,
+        pos_att_type=["p2c", "c2p"], position_biased_input=False, position_buckets=8, norm_rel_ebd="layer_norm",
+        share_att_key=True, **_BERTISH),
+    _hf("mpnet", "MPNetForMaskedLM", "MPNetConfig", True, attn="eager", **_BERTISH),
+    _hf("funnel", "FunnelForMaskedLM", "FunnelConfig", True, attn="eager", vocab_size=VOCAB, block_sizes=[1, 1],
+        num_decoder_layers=1, d_model=32, n_head=4, d_head=8, d_inner=37, hidden_dropout=0.0,
+        attention_dropout=0.0, activation_dropout=0.0),
+    _hf("squeezebert", "SqueezeBertForMaskedLM", "SqueezeBertConfig", True, attn="eager", embedding_size=32,
+        **{**_BERTISH, "intermediate_size": 36}),
+    _hf("convbert", "ConvBertForMaskedLM", "ConvBertConfig", True, attn="eager", embedding_size=32, conv_kernel_size=3,
+        **_BERTISH),
+    _hf("mobilebert", "MobileBertForMaskedLM", "MobileBertConfig", True, embedding_size=16,
+        intra_bottleneck_size=16, num_feedforward_networks=2, **_BERTISH),
+    _hf("layoutlm", "LayoutLMForMaskedLM", "LayoutLMConfig", True, inputs=_with_boxes, attn="eager", **_BERTISH),
+    _hf("roformer", "RoFormerForMaskedLM", "RoFormerConfig", True, attn="eager", embedding_size=32, **_BERTISH),
+    _hf("xlnet", "XLNetLMHeadModel", "XLNetConfig", False, attn="eager", vocab_size=VOCAB, d_model=32, n_layer=2, n_head=4,
+        d_inner=37, dropout=0.0, mem_len=None),
+    _hf("longformer", "LongformerForMaskedLM", "LongformerConfig", True, attn="eager", attention_window=4,
+        **{**_BERTISH, "max_position_embeddings": 66}),
+    _hf("bloom", "BloomForCausalLM", "BloomConfig", False, attn="eager", vocab_size=VOCAB, hidden_size=32, n_layer=2, n_head=4,
+        hidden_dropout=0.0, attention_dropout=0.0),
+    _hf("falcon", "FalconForCausalLM", "FalconConfig", False, vocab_size=VOCAB, hidden_size=32,
+        num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64, hidden_dropout=0.0,
+        attention_dropout=0.0),
+    _hf("gptj", "GPTJForCausalLM", "GPTJConfig", False, attn="eager", vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4,
+        rotary_dim=4, n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
+    _hf("codegen", "CodeGenForCausalLM", "CodeGenConfig", False, attn="eager", vocab_size=VOCAB, n_embd=32, n_layer=2,
+        n_head=4, rotary_dim=4, n_positions=64, n_ctx=64, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
+    _hf("mpt", "MptForCausalLM", "MptConfig", False, attn="eager", vocab_size=VOCAB, d_model=32, n_heads=4, n_layers=2,
+        expansion_ratio=2, max_seq_len=64, resid_pdrop=0.0, emb_pdrop=0.0),
+    _hf("gpt_bigcode", "GPTBigCodeForCausalLM", "GPTBigCodeConfig", False, vocab_size=VOCAB, n_embd=32,
+        n_layer=2, n_head=4, n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
+    _hf("gpt_neo", "GPTNeoForCausalLM", "GPTNeoConfig", False, attn="eager", vocab_size=VOCAB, hidden_size=32, num_layers=2,
+        attention_types=[[["global", "local"], 1]], num_heads=4, window_size=4, max_position_embeddings=64,
+        resid_dropout=0.0, embed_dropout=0.0, attention_dropout=0.0),
+    _hf("marian", "MarianMTModel", "MarianConfig", False, seq2seq=True, vocab_size=VOCAB, d_model=32,
+        encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+        encoder_ffn_dim=37, decoder_ffn_dim=37, max_position_embeddings=64, dropout=0.0,
+        attention_dropout=0.0, activation_dropout=0.0, pad_token_id=0, decoder_start_token_id=0),
+    _hf("pegasus", "PegasusForConditionalGeneration", "PegasusConfig", False, seq2seq=True, vocab_size=VOCAB,
+        d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+        encoder_ffn_dim=37, decoder_ffn_dim=37, max_position_embeddings=64, dropout=0.0,
+        attention_dropout=0.0, activation_dropout=0.0),
+    _hf("mbart", "MBartForConditionalGeneration", "MBartConfig", False, seq2seq=True, vocab_size=VOCAB,
+        d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+        encoder_ffn_dim=37, decoder_ffn_dim=37, max_position_embeddings=64, dropout=0.0,
+        attention_dropout=0.0, activation_dropout=0.0),
+    _hf("whisper", "WhisperForConditionalGeneration", "WhisperConfig", False, inputs=_speech_features,
+        vocab_size=VOCAB, num_mel_bins=8, d_model=32, encoder_layers=2, decoder_layers=2,
+        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=37, decoder_ffn_dim=37,
+        max_source_positions=16, max_target_positions=64, dropout=0.0, attention_dropout=0.0,
+        activation_dropout=0.0, pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1,
+        suppress_tokens=[], begin_suppress_tokens=[]),
+    _hf("wav2vec2", "Wav2Vec2ForCTC", "Wav2Vec2Config", False, inputs=_waveform, vocab_size=32, hidden_size=32,
+        num_hidden_layers=2, num_attention_heads=4, intermediate_size=37, conv_dim=(16, 16), conv_stride=(5, 2),
+        conv_kernel=(10, 3), num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, hidden_dropout=0.0,
+        activation_dropout=0.0, attention_dropout=0.0, feat_proj_dropout=0.0, final_dropout=0.0, layerdrop=0.0,
+        mask_time_prob=0.0, mask_feature_prob=0.0, ctc_loss_reduction="mean", pad_token_id=0),
+    _hf("clip", "CLIPModel", "CLIPConfig", False, inputs=_text_and_image, loss=_contrastive_loss,
+        text_config=dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                         num_attention_heads=4, max_position_embeddings=64, eos_token_id=2),
+        vision_config=dict(hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
+                           image_size=32, patch_size=8),
+        projection_dim=16),
+    _hf("vit_mae", "ViTMAEForPreTraining", "ViTMAEConfig", False,
+        inputs=_pixels(32, noise=lambda g: torch.rand(IMAGE_BATCH, 16, generator=g)), hidden_size=32,
+        num_hidden_layers=2, num_attention_heads=4, intermediate_size=37, image_size=32, patch_size=8,
+        decoder_hidden_size=32, decoder_num_hidden_layers=1, decoder_num_attention_heads=4,
+        decoder_intermediate_size=37, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
+    _hf("segformer", "SegformerForSemanticSegmentation", "SegformerConfig", False,
+        inputs=_pixels(64, labels=lambda g: torch.randint(0, CLASSES, (IMAGE_BATCH, 64, 64), generator=g)),
+        num_labels=CLASSES, depths=[1, 1, 1, 1], hidden_sizes=[8, 16, 32, 64], num_attention_heads=[1, 2, 4, 8],
+        decoder_hidden_size=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        classifier_dropout_prob=0.0, drop_path_rate=0.0),
 ]
 
 CASES = {case.name: case for case in TIMM_CASES + HF_CASES}
