@@ -10,7 +10,15 @@ from zoo_models import CASES
 
 # Known failures, each with the finding that describes it (file in /work/findings and its title).
 # xfail(strict=False): a case that starts passing shows as XPASS in the run, to be removed here.
-KNOWN: dict[tuple[str, str], str] = {}
+# hf/segformer matches eager, but transformers installs its output hooks by a recursion over the
+# submodules that breaks at every register_forward_hook, and that function reaches the recompile
+# limit: the rest of those calls run in Python, with a warning the zoo counts as a fallback.
+_SEGFORMER_RECOMPILE_LIMIT = ("zoo_s13/segformer_misaligned.py: values match eager; 'recursively_install_hooks hit "
+                              "the recompile limit (8)' is counted as an eager fallback")
+KNOWN: dict[tuple[str, str], str] = {
+    ("hf/segformer", "infer"): _SEGFORMER_RECOMPILE_LIMIT,
+    ("hf/segformer", "train"): _SEGFORMER_RECOMPILE_LIMIT,
+}
 
 
 def _params():

@@ -128,6 +128,18 @@ class GuardSet:
         self.add(source, f"len({e}) == {len(value)}", f"len({self.readable(source)}) == {len(value)}",
                  f"len({source.expr})")
 
+    def no_attr(self, source: Source, name: str) -> None:
+        """``source`` has no attribute ``name``: a read answered by its absence (``hasattr`` false,
+        ``getattr``'s default) holds only until the object gets one (``self._done = True``)."""
+        self.add(source, f"not hasattr({source.expr}, {name!r})", f"{self.readable(source)} has no .{name}",
+                 f"hasattr({source.expr}, {name!r})")
+
+    def not_own(self, source: Source, name: str) -> None:
+        """``name`` is not in the instance ``__dict__`` of ``source``: a read its class answered (a
+        method, a class-level default) holds only until the instance gets its own, which hides it."""
+        self.add(source, f"{name!r} not in {source.expr}.__dict__",
+                 f"{self.readable(source)}.{name} is its class's", f"{name!r} in {source.expr}.__dict__")
+
     def keys(self, source: Source, value: dict) -> None:
         keys = list(value.keys())
         self.add(source, f"list({source.expr}.keys()) == {self.ref(keys)}",

@@ -172,8 +172,7 @@ def _tensor_attr(f, obj: TensorV, name: str) -> V:
         return MethodV(name, obj)
     if not hasattr(torch.Tensor, name):  # hasattr(t, "jax") probes in library code
         if obj.source is not None:
-            g = f.session.guards
-            g.add(obj.source, f"not hasattr({obj.source.expr}, {name!r})", f"{g.readable(obj.source)} has no .{name}")
+            f.session.guards.no_attr(obj.source, name)
         raise AttrMissing(f"'Tensor' object has no attribute {name!r}")
     raise Unsupported(f"tensor attribute {name!r}")
 
@@ -223,6 +222,8 @@ def _opaque_attr(f, obj: Const, name: str) -> V:
     try:
         found = getattr(obj.value, name)
     except AttributeError as e:
+        if obj.source is not None:
+            f.session.guards.no_attr(obj.source, name)
         raise AttrMissing(str(e)) from e
     if isinstance(found, (types.BuiltinMethodType, types.MethodWrapperType)) and found.__self__ is obj.value:
         # A fresh bound method each time: guarding its identity would always fail. Bound to this
@@ -272,6 +273,7 @@ def _class_attr(f, obj: V, cls: type, name: str, start_after: type | None = None
         inst_dict = getattr(obj.value, "__dict__", None)
         if inst_dict is not None and name in inst_dict:
             return _sourced(f, inst_dict[name], obj.source, name, obj.value)
+        _guard_not_own(f, obj, name, found, inst_dict)
     if found and isinstance(desc, functools.cached_property):
         return _cached_property(f, obj, desc, name)
     if found and isinstance(getattr(type(desc), "__get__", None), types.FunctionType):
@@ -284,6 +286,19 @@ def _class_attr(f, obj: V, cls: type, name: str, start_after: type | None = None
     if not found and _lookup(cls, "__getattr__")[0] and not issubclass(cls, torch.nn.Module):
         raise Unsupported(f"{cls.__name__}.__getattr__ would run for {name!r}")
     raise AttrMissing(f"{cls.__name__!r} object has no attribute {name!r}")
+
+
+def _guard_not_own(f, obj: Const, name: str, found: bool, inst_dict: dict | None) -> None:
+    """The read of an object from the frame state that its instance did not answer is valid only
+    while the instance still lacks ``name``: a flag first read through ``getattr``'s default or a
+    class-level default and then set (``self._hooks_installed = True``) must fail the guard on the
+    next call, or the cached entry replays the first call's branch."""
+    if obj.source is None:
+        return
+    if not found:
+        f.session.guards.no_attr(obj.source, name)
+    elif inst_dict is not None:
+        f.session.guards.not_own(obj.source, name)
 
 
 def _cached_property(f, obj: V, desc, name: str) -> V:

@@ -1,0 +1,182 @@
+"""A read that the object itself did not answer is guarded: an attribute found missing
+(``getattr``'s default, ``hasattr`` false) or found on the class (a class-level default, a
+method) holds only until the instance gets its own.
+
+Without these guards the cached entry kept the first call's branch after the code set the
+attribute. transformers' ``capture_outputs`` installs its recording hooks behind
+``getattr(model, "_output_capturing_hooks_installed", False)``: the second call installed them
+again, every hidden state was recorded twice, and Segformer's decode head zipped stage 0 with the
+projection of stage 1 (a crash there; a wrong answer where the shapes agree).
+
+Each test runs an eager twin and a compiled twin with the same state, on fresh inputs per call.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from helpers import tree_close
+from torch import nn
+
+import tc_capture
+
+
+def _twins(make, calls=3):
+    """Eager and compiled copies of ``make()`` called ``calls`` times on fresh inputs; the
+    number of graphs compiled."""
+    graphs = []
+
+    def backend(graph, example):
+        graphs.append(graph)
+        return tc_capture.interpret_backend(graph, example)
+
+    torch.manual_seed(0)
+    eager = make()
+    twin = make()
+    if isinstance(eager, nn.Module):
+        twin.load_state_dict(eager.state_dict())
+    compiled = tc_capture.optimize(backend)(twin)
+    for i in range(calls):
+        x = torch.randn(2, 4, generator=torch.Generator().manual_seed(i))
+        tree_close(eager(x), compiled(x), f"call {i}")
+    return len(graphs)
+
+
+class ProbedFlag(nn.Module):
+    def forward(self, x):
+        if not getattr(self, "_done", False):
+            self._done = True
+            return x + 1
+        return x - 1
+
+
+class HasattrFlag(nn.Module):
+    def forward(self, x):
+        if hasattr(self, "_done"):
+            return x - 1
+        self._done = True
+        return x + 1
+
+
+class ClassDefault(nn.Module):
+    _done = False  # hidden by the instance's own once set
+
+    def forward(self, x):
+        if self._done:
+            return x - 1
+        self._done = True
+        return x + 1
+
+
+class HooksOnce(nn.Module):
+    """The ``capture_outputs`` pattern: hooks installed once, behind a flag, record the stages'
+    outputs (a hook registered inside captured code is a graph break)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stages = nn.ModuleList(nn.Linear(4, 4) for _ in range(3))
+        self.seen = []
+
+    def forward(self, x):
+        if not getattr(self, "_hooks_installed", False):
+            for s in self.stages:
+                s.register_forward_hook(lambda m, a, out: self.seen.append(out))
+            self._hooks_installed = True
+        self.seen.clear()
+        for s in self.stages:
+            x = s(x)
+        return torch.stack(self.seen).sum(0) + len(self.seen)
+
+
+def test_flag_probed_with_getattr_default_is_guarded():
+    assert _twins(ProbedFlag) == 2
+
+
+def test_flag_probed_with_hasattr_is_guarded():
+    assert _twins(HasattrFlag) == 2
+
+
+def test_class_level_default_hidden_by_the_instance_is_guarded():
+    assert _twins(ClassDefault) == 2
+
+
+def test_hooks_installed_once_behind_a_flag_are_installed_once():
+    _twins(HooksOnce, calls=4)
+
+
+def test_probe_of_a_plain_object_argument_is_guarded():
+    class Options:
+        pass
+
+    def fn(x, opts):
+        scale = getattr(opts, "scale", None)
+        return x if scale is None else x * scale
+
+    compiled = tc_capture.optimize(tc_capture.interpret_backend)(fn)
+    opts = Options()
+    x = torch.randn(3)
+    tree_close(fn(x, opts), compiled(x, opts))
+    opts.scale = 3.0
+    for _ in range(2):
+        x = torch.randn(3)
+        tree_close(fn(x, opts), compiled(x, opts))
+
+
+def test_probe_of_an_object_with_its_own_getattribute_is_guarded():
+    class Record:
+        def __getattribute__(self, name):
+            return object.__getattribute__(self, name)
+
+    def fn(x, rec):
+        return x + 1 if hasattr(rec, "shift") else x - 1
+
+    compiled = tc_capture.optimize(tc_capture.interpret_backend)(fn)
+    rec = Record()
+    x = torch.randn(3)
+    tree_close(fn(x, rec), compiled(x, rec))
+    rec.shift = 1
+    for _ in range(2):
+        x = torch.randn(3)
+        tree_close(fn(x, rec), compiled(x, rec))
+
+
+def test_a_method_replaced_on_the_instance_is_called():
+    class Scaled(nn.Module):
+        def scale(self, x):
+            return x * 2
+
+        def forward(self, x):
+            return self.scale(x) + 1
+
+    m = Scaled()
+    compiled = tc_capture.optimize(tc_capture.interpret_backend)(m)
+    x = torch.randn(3)
+    tree_close(m(x), compiled(x))
+    m.scale = lambda x: x * 5
+    for _ in range(2):
+        x = torch.randn(3)
+        tree_close(m(x), compiled(x))
+
+
+def test_unchanged_absence_hits_the_cache_and_a_change_is_named(caplog):
+    class Probe(nn.Module):
+        def forward(self, x):
+            return x * getattr(self, "gain", 2.0)
+
+    m, graphs = Probe(), []
+    compiled = tc_capture.optimize(lambda g, ex: graphs.append(g) or tc_capture.interpret_backend(g, ex))(m)
+    for _ in range(2):
+        x = torch.randn(3)
+        tree_close(m(x), compiled(x))
+    assert len(graphs) == 1
+    m.gain = 5.0
+    logging.getLogger("tc.recompiles").setLevel(logging.DEBUG)
+    try:
+        with caplog.at_level(logging.DEBUG, logger="tc.recompiles"):
+            x = torch.randn(3)
+            tree_close(m(x), compiled(x))
+    finally:
+        logging.getLogger("tc.recompiles").setLevel(logging.WARNING)
+    assert len(graphs) == 2
+    assert any("has no .gain" in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
