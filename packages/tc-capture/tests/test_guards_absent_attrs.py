@@ -180,3 +180,26 @@ def test_unchanged_absence_hits_the_cache_and_a_change_is_named(caplog):
         logging.getLogger("tc.recompiles").setLevel(logging.WARNING)
     assert len(graphs) == 2
     assert any("has no .gain" in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
+
+
+def test_a_submodule_forward_replaced_after_the_capture_is_called():
+    """accelerate and PEFT replace ``module.forward`` on the instance: a forward replaced (again,
+    or removed) after the first call must run, as in eager."""
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+
+        def forward(self, x):
+            return self.lin(x) + 1
+
+    net = Net()
+    compiled = tc_capture.optimize(tc_capture.interpret_backend)(net)
+    original = net.lin.forward
+    x = torch.randn(2, 3)
+    for scale in (None, 10.0, 20.0, None):
+        if scale is None:
+            net.lin.__dict__.pop("forward", None)
+        else:
+            net.lin.forward = lambda x, s=scale: original(x) * s
+        tree_close(compiled(x), net(x))

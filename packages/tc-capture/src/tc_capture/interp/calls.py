@@ -531,9 +531,17 @@ def call_module(f, mod_v: Const, args, kwargs) -> V:
     except Unsupported as e:
         e.nested = True  # only the hook breaks: the call runs as frames of its own (forward compiled)
         raise
+    # The forward an instance holds (accelerate and PEFT replace ``module.forward``) hides its
+    # class's: which one ran is guarded, or a forward replaced after the capture was never called
     forward = mod.__dict__.get("forward")
-    out = call_function(f, Const(forward) if forward is not None else BoundV(Const(type(mod).forward), mod_v),
-                        args, kwargs)
+    source = mod_v.source
+    if forward is None:
+        if source is not None:
+            f.session.guards.not_own(source, "forward")
+        fn = BoundV(Const(type(mod).forward), mod_v)
+    else:
+        fn = f.session.wrap(forward, source.attr("forward", mod)) if source is not None else Const(forward)
+    out = call_function(f, fn, args, kwargs)
     try:
         return _post_hooks(f, mod_v, args, kwargs, out)
     except Unsupported as e:
