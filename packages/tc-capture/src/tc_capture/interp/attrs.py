@@ -107,6 +107,8 @@ def _func_attr(fn: FuncV, name: str) -> V:
     plain = {"__name__": fn.code.co_name, "__qualname__": fn.qualname, "__code__": fn.code,
              "__module__": fn.globals.get("__name__"), "__globals__": fn.globals,
              "__doc__": consts[0] if consts and isinstance(consts[0], str) else None}
+    if hasattr(types.FunctionType, "__type_params__"):  # Python 3.12+: ``functools.wraps`` copies it;
+        plain["__type_params__"] = ()  # a ``def f[T]`` (the only way to get others) is not captured
     if name in plain:
         return Const(plain[name])
     if name == "__dict__":
