@@ -203,3 +203,26 @@ def test_a_submodule_forward_replaced_after_the_capture_is_called():
         else:
             net.lin.forward = lambda x, s=scale: original(x) * s
         tree_close(compiled(x), net(x))
+
+
+def test_a_class_constant_set_on_the_class_after_the_capture_is_read_again():
+    """``Model.use_relu = True`` (a class-level switch) or a class-level scale changed between
+    calls: eager reads the class's new value; the cached entry had baked the old one in."""
+    class Net(nn.Module):
+        scale = 2.0
+        use_relu = False
+        mode = "sum"
+
+        def forward(self, x):
+            y = x * self.scale
+            y = y.relu() if self.use_relu else y
+            return y.sum() if self.mode == "sum" else y.mean()
+
+    net = Net()
+    compiled = tc_capture.optimize(tc_capture.interpret_backend)(net)
+    x = torch.randn(5)
+    for change in (None, ("scale", 3.0), ("use_relu", True), ("mode", "mean"), ("scale", 3)):
+        if change is not None:
+            setattr(Net, *change)
+        tree_close(compiled(x), net(x))
+        assert type(compiled(x * 0)) is torch.Tensor

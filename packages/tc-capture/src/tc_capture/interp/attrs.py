@@ -12,6 +12,7 @@ import types
 
 import torch
 
+from ..cache.sources import Source
 from .base import Unsupported, call_function
 from .record import record, run_fake
 from .symbols import SYM_PYTHON_TYPES
@@ -283,11 +284,29 @@ def _class_attr(f, obj: V, cls: type, name: str, start_after: type | None = None
     if found and isinstance(desc, (types.MethodDescriptorType, types.WrapperDescriptorType)) \
             and (not isinstance(obj, Const) or start_after is not None and isinstance(obj.value, type)):
         return BoundV(Const(desc), obj)  # a C method of a value built while capturing (super().__init__())
+    if found and type(desc) in _CLASS_CONSTANTS and isinstance(obj, Const) and obj.source is not None \
+            and start_after is None:
+        return _class_constant(f, obj, name, desc)
     if found:
         return _bind(desc, obj, cls, name)
     if not found and _lookup(cls, "__getattr__")[0] and not issubclass(cls, torch.nn.Module):
         raise Unsupported(f"{cls.__name__}.__getattr__ would run for {name!r}")
     raise AttrMissing(f"{cls.__name__!r} object has no attribute {name!r}")
+
+
+# Plain values a class holds for its instances (``scale = 2.0``, ``use_relu = False``): set on the
+# class after a capture (``Model.use_relu = True``), eager reads the new one, so the read is guarded.
+_CLASS_CONSTANTS = (bool, int, float, complex, str, bytes, type(None), tuple)
+
+
+def _class_constant(f, obj: Const, name: str, value) -> V:
+    """A class-level constant read through an instance: its value, guarded on the class."""
+    if type(value) is tuple and not all(type(x) in _CLASS_CONSTANTS[:-1] for x in value):
+        return Const(value)  # a tuple holding other values: read as before, unguarded
+    source = Source(f"type({obj.source.expr}).{name}" if name.isidentifier() else
+                    f"getattr(type({obj.source.expr}), {name!r})", f"{obj.source.name}_class_{name}", pure=False)
+    f.session.guards.constant(source, value)
+    return Const(value)
 
 
 def _guard_not_own(f, obj: Const, name: str, found: bool, inst_dict: dict | None) -> None:
