@@ -13,9 +13,9 @@ import torch
 import tc
 
 transformers = pytest.importorskip("transformers")
-from transformers.utils import ModelOutput  # noqa: E402
-
 from dataclasses import dataclass  # noqa: E402
+
+from transformers.utils import ModelOutput  # noqa: E402
 
 
 @dataclass

@@ -9,7 +9,6 @@ so they can be mutated, inlined and rebuilt after the graph runs.
 from __future__ import annotations
 
 import dataclasses
-
 from typing import Any
 
 

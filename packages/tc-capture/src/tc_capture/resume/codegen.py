@@ -7,7 +7,6 @@ Everything the runner does is one generated Python function whose source is kept
 from __future__ import annotations
 
 import collections
-
 import types
 from typing import Any
 
