@@ -226,3 +226,32 @@ def test_a_class_constant_set_on_the_class_after_the_capture_is_read_again():
             setattr(Net, *change)
         tree_close(compiled(x), net(x))
         assert type(compiled(x * 0)) is torch.Tensor
+
+
+def test_a_method_replaced_on_the_class_after_the_capture_runs():
+    """``nn.Linear.forward = patched`` or ``Net.helper = other`` after the first call: the inlined
+    method was the class's old one; eager calls the new one."""
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+
+        def helper(self, x):
+            return x + 1
+
+        def forward(self, x):
+            return self.helper(self.lin(x))
+
+    net = Net()
+    compiled = tc_capture.optimize(tc_capture.interpret_backend)(net)
+    x = torch.randn(2, 3)
+    original = nn.Linear.forward
+    tree_close(compiled(x), net(x))
+    try:
+        nn.Linear.forward = lambda self, x: original(self, x) * 10
+        tree_close(compiled(x), net(x))
+    finally:
+        nn.Linear.forward = original
+    tree_close(compiled(x), net(x))
+    Net.helper = lambda self, x: x - 1
+    tree_close(compiled(x), net(x))

@@ -140,6 +140,13 @@ class GuardSet:
         self.add(source, f"{name!r} not in {source.expr}.__dict__",
                  f"{self.readable(source)}.{name} is its class's", f"{name!r} in {source.expr}.__dict__")
 
+    def class_member(self, source: Source, name: str, value: object) -> None:
+        """``type(source).name`` is ``value``: a method the instance's class answered and capture
+        inlined holds only while the class keeps it (``nn.Linear.forward = patched``)."""
+        e = f"type({source.expr}).{name}" if name.isidentifier() else f"getattr(type({source.expr}), {name!r})"
+        self.add(source, f"{e} is {self.ref(value)}",
+                 f"type({self.readable(source)}).{name} is {getattr(value, '__qualname__', _short(value))}", e)
+
     def keys(self, source: Source, value: dict) -> None:
         keys = list(value.keys())
         self.add(source, f"list({source.expr}.keys()) == {self.ref(keys)}",

@@ -287,6 +287,9 @@ def _class_attr(f, obj: V, cls: type, name: str, start_after: type | None = None
     if found and type(desc) in _CLASS_CONSTANTS and isinstance(obj, Const) and obj.source is not None \
             and start_after is None:
         return _class_constant(f, obj, name, desc)
+    if found and isinstance(desc, types.FunctionType) and isinstance(obj, Const) and obj.source is not None \
+            and start_after is None:
+        f.session.guards.class_member(obj.source, name, desc)  # inlined: the class must keep it
     if found:
         return _bind(desc, obj, cls, name)
     if not found and _lookup(cls, "__getattr__")[0] and not issubclass(cls, torch.nn.Module):
