@@ -255,3 +255,23 @@ def test_a_method_replaced_on_the_class_after_the_capture_runs():
     tree_close(compiled(x), net(x))
     Net.helper = lambda self, x: x - 1
     tree_close(compiled(x), net(x))
+
+
+def test_a_constant_of_a_users_module_set_between_calls_is_read_again(tmp_path, monkeypatch):
+    """``config.SCALE`` / ``config.USE_RELU`` in a module of the user's, set between calls: eager
+    reads the new value; the cached entry had baked in the old one."""
+    (tmp_path / "tc_test_cfg.py").write_text("SCALE = 2.0\nUSE_RELU = False\nNAMES = ('a', 'b')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import tc_test_cfg as cfg
+
+    def fn(x):
+        y = x * cfg.SCALE
+        y = y.relu() if cfg.USE_RELU else y
+        return y * len(cfg.NAMES)
+
+    compiled = tc_capture.optimize(tc_capture.interpret_backend)(fn)
+    x = torch.randn(5)
+    for change in (None, ("SCALE", 3.0), ("USE_RELU", True), ("NAMES", ("a",)), ("SCALE", 3)):
+        if change is not None:
+            monkeypatch.setattr(cfg, *change)
+        tree_close(compiled(x), fn(x))

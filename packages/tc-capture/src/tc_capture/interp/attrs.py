@@ -8,6 +8,7 @@ values, module parameters/buffers/submodules are read from the module's dicts wi
 from __future__ import annotations
 
 import functools
+import sys
 import types
 
 import torch
@@ -194,9 +195,14 @@ def _const_attr(f, obj: Const, name: str) -> V:
     value, source = obj.value, obj.source
     if isinstance(value, types.ModuleType):
         try:
-            return Const(getattr(value, name))
+            found = getattr(value, name)
         except AttributeError as e:
             raise AttrMissing(str(e)) from e
+        if source is not None and _plain_constant(found) and _settable_module(value):
+            # a flag or number in a user's module (``config.SCALE``): set between calls, eager
+            # reads the new value
+            f.session.guards.constant(source.attr(name, value), found)
+        return Const(found)
     if isinstance(value, type):
         return _type_attr(value, name)
     if isinstance(value, torch.nn.Module):
@@ -210,6 +216,13 @@ def _const_attr(f, obj: Const, name: str) -> V:
     if type(value).__module__ in _RECORD_MODULES:
         return _opaque_attr(f, obj, name)
     return _class_attr(f, obj, type(value), name)
+
+
+def _settable_module(module: types.ModuleType) -> bool:
+    """A module whose constants a program may set between calls: not torch's, not the standard
+    library's (their constants, ``math.pi``, are read everywhere and never set)."""
+    top = (getattr(module, "__name__", "") or "").partition(".")[0]
+    return top != "torch" and top not in sys.stdlib_module_names
 
 
 def _sourced(f, found, source, name, owner) -> V:
@@ -284,8 +297,7 @@ def _class_attr(f, obj: V, cls: type, name: str, start_after: type | None = None
     if found and isinstance(desc, (types.MethodDescriptorType, types.WrapperDescriptorType)) \
             and (not isinstance(obj, Const) or start_after is not None and isinstance(obj.value, type)):
         return BoundV(Const(desc), obj)  # a C method of a value built while capturing (super().__init__())
-    if found and type(desc) in _CLASS_CONSTANTS and isinstance(obj, Const) and obj.source is not None \
-            and start_after is None:
+    if found and _plain_constant(desc) and isinstance(obj, Const) and obj.source is not None and start_after is None:
         return _class_constant(f, obj, name, desc)
     if found and isinstance(desc, types.FunctionType) and isinstance(obj, Const) and obj.source is not None \
             and start_after is None:
@@ -297,15 +309,17 @@ def _class_attr(f, obj: V, cls: type, name: str, start_after: type | None = None
     raise AttrMissing(f"{cls.__name__!r} object has no attribute {name!r}")
 
 
-# Plain values a class holds for its instances (``scale = 2.0``, ``use_relu = False``): set on the
-# class after a capture (``Model.use_relu = True``), eager reads the new one, so the read is guarded.
-_CLASS_CONSTANTS = (bool, int, float, complex, str, bytes, type(None), tuple)
+# Plain values a class holds for its instances (``scale = 2.0``, ``use_relu = False``) or a module
+# for its users (``config.SCALE``): set after a capture, eager reads the new one, so reads are guarded.
+_SCALARS = (bool, int, float, complex, str, bytes, type(None))
+
+
+def _plain_constant(value) -> bool:
+    return type(value) in _SCALARS or type(value) is tuple and all(type(x) in _SCALARS for x in value)
 
 
 def _class_constant(f, obj: Const, name: str, value) -> V:
     """A class-level constant read through an instance: its value, guarded on the class."""
-    if type(value) is tuple and not all(type(x) in _CLASS_CONSTANTS[:-1] for x in value):
-        return Const(value)  # a tuple holding other values: read as before, unguarded
     source = Source(f"type({obj.source.expr}).{name}" if name.isidentifier() else
                     f"getattr(type({obj.source.expr}), {name!r})", f"{obj.source.name}_class_{name}", pure=False)
     f.session.guards.constant(source, value)
