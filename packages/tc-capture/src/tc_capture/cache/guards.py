@@ -57,6 +57,7 @@ class GuardSet:
         self.roots: dict[str, Source] = {}
         self.objects: dict[int, tuple[str, object]] = {}
         self._seen: set[str] = set()
+        self._not_own: dict[str, tuple] = {}  # source expr -> (its guard, the names it checks)
         self.names = names  # frame slot names, for readable descriptions
         self.bound: dict[str, str] = {}  # source expression -> local name a tensor guard bound it to
 
@@ -69,9 +70,10 @@ class GuardSet:
         return self.objects[key][0]
 
     def add(self, source: Source | None, cond: str, text: str, actual: str | None | object = _SOURCE,
-            batch: tuple | None = None) -> None:
+            batch: tuple | None = None) -> Guard | None:
+        """Add a guard (None when an equal condition is there already)."""
         if cond in self._seen:
-            return
+            return None
         self._seen.add(cond)
         if actual is _SOURCE:
             actual = source.expr if source is not None else None
@@ -82,6 +84,7 @@ class GuardSet:
             self.gated.append(guard)
         else:
             self.fast.append(guard)
+        return guard
 
     def readable(self, source: Source) -> str:
         return pretty(source, self.names)
@@ -136,16 +139,32 @@ class GuardSet:
 
     def not_own(self, source: Source, name: str) -> None:
         """``name`` is not in the instance ``__dict__`` of ``source``: a read its class answered (a
-        method, a class-level default) holds only until the instance gets its own, which hides it."""
-        self.add(source, f"{name!r} not in {source.expr}.__dict__",
-                 f"{self.readable(source)}.{name} is its class's", f"{name!r} in {source.expr}.__dict__")
+        method, a class-level default) holds only until the instance gets its own, which hides it.
+        Every name of one source is one check (a conv's ``forward`` and ``_conv_forward``)."""
+        guard, names = self._not_own.get(source.expr, (None, []))
+        if name in names:
+            return
+        names = [*names, name]
+        d = f"{source.expr}.__dict__"
+        cond = f"{names[0]!r} not in (_d := {d})" + "".join(f" and {n!r} not in _d" for n in names[1:])
+        text = f"{self.readable(source)}.{'/'.join(names)} {'is' if len(names) == 1 else 'are'} its class's"
+        actual = f"[n for n in {tuple(names)!r} if n in {d}]"  # the log shows which the instance has
+        if guard is None:
+            guard = self.add(source, cond, text, actual)
+        else:  # the source's check, widened
+            guard.lines, guard.text, guard.actual = [f"if not ({cond}): return {{fail}}"], text, actual
+        self._not_own[source.expr] = (guard, names)
 
-    def class_member(self, source: Source, name: str, value: object) -> None:
-        """``type(source).name`` is ``value``: a method the instance's class answered and capture
-        inlined holds only while the class keeps it (``nn.Linear.forward = patched``)."""
-        e = f"type({source.expr}).{name}" if name.isidentifier() else f"getattr(type({source.expr}), {name!r})"
-        self.add(source, f"{e} is {self.ref(value)}",
-                 f"type({self.readable(source)}).{name} is {getattr(value, '__qualname__', _short(value))}", e)
+    def class_member(self, cls: type, name: str, value: object) -> None:
+        """``cls.name`` is still ``value``, a method capture inlined or a constant it read from
+        the class of an instance whose type is guarded: it holds only while the class keeps it
+        (``nn.Linear.forward = patched``, ``Net.use_relu = True``). One check per class and name,
+        however many instances read it."""
+        e = f"{self.ref(cls)}.{name}" if name.isidentifier() else f"getattr({self.ref(cls)}, {name!r})"
+        ref = self.ref(value)
+        cond = f"{e} is {ref}" if callable(value) else f"{e} is {ref} or _same_constant({e}, {ref})"
+        shown = getattr(value, "__qualname__", None) if callable(value) else repr(value)
+        self.add(None, cond, f"{cls.__qualname__}.{name} is {shown or _short(value)}", e)
 
     def keys(self, source: Source, value: dict) -> None:
         keys = list(value.keys())

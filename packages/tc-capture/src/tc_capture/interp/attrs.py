@@ -13,7 +13,6 @@ import types
 
 import torch
 
-from ..cache.sources import Source
 from .base import Unsupported, call_function
 from .record import record, run_fake
 from .symbols import SYM_PYTHON_TYPES
@@ -297,11 +296,9 @@ def _class_attr(f, obj: V, cls: type, name: str, start_after: type | None = None
     if found and isinstance(desc, (types.MethodDescriptorType, types.WrapperDescriptorType)) \
             and (not isinstance(obj, Const) or start_after is not None and isinstance(obj.value, type)):
         return BoundV(Const(desc), obj)  # a C method of a value built while capturing (super().__init__())
-    if found and _plain_constant(desc) and isinstance(obj, Const) and obj.source is not None and start_after is None:
-        return _class_constant(f, obj, name, desc)
-    if found and isinstance(desc, types.FunctionType) and isinstance(obj, Const) and obj.source is not None \
-            and start_after is None:
-        f.session.guards.class_member(obj.source, name, desc)  # inlined: the class must keep it
+    if found and (_plain_constant(desc) or isinstance(desc, types.FunctionType)) and isinstance(obj, Const) \
+            and obj.source is not None and start_after is None:
+        f.session.guards.class_member(cls, name, desc)  # read from the class: the class must keep it
     if found:
         return _bind(desc, obj, cls, name)
     if not found and _lookup(cls, "__getattr__")[0] and not issubclass(cls, torch.nn.Module):
@@ -316,14 +313,6 @@ _SCALARS = (bool, int, float, complex, str, bytes, type(None))
 
 def _plain_constant(value) -> bool:
     return type(value) in _SCALARS or type(value) is tuple and all(type(x) in _SCALARS for x in value)
-
-
-def _class_constant(f, obj: Const, name: str, value) -> V:
-    """A class-level constant read through an instance: its value, guarded on the class."""
-    source = Source(f"type({obj.source.expr}).{name}" if name.isidentifier() else
-                    f"getattr(type({obj.source.expr}), {name!r})", f"{obj.source.name}_class_{name}", pure=False)
-    f.session.guards.constant(source, value)
-    return Const(value)
 
 
 def _guard_not_own(f, obj: Const, name: str, found: bool, inst_dict: dict | None) -> None:

@@ -538,7 +538,7 @@ def call_module(f, mod_v: Const, args, kwargs) -> V:
     if forward is None:
         if source is not None:
             f.session.guards.not_own(source, "forward")
-            f.session.guards.class_member(source, "forward", type(mod).forward)
+            f.session.guards.class_member(type(mod), "forward", type(mod).forward)
         fn = BoundV(Const(type(mod).forward), mod_v)
     else:
         fn = f.session.wrap(forward, source.attr("forward", mod)) if source is not None else Const(forward)
