@@ -85,7 +85,9 @@ TIMM_CASES = [
     _timm("res2net50_26w_4s", 64, layers=(1, 1, 1, 1), drop_path_rate=0.0),
     _timm("skresnet18", 64, layers=(1, 1, 1, 1), drop_path_rate=0.0),
     _timm("pvt_v2_b0", 64, depths=(1, 1, 1, 1), drop_path_rate=0.0),
-    _timm("mobilenetv4_conv_small", 64),
+    # 96: at 64 its last maps are 2x2, and on CUDA two correct float32 runs of the training step
+    # disagreed past the float64 check (tc matched eager to 1e-13 in float64: .gpu/f64check.py)
+    _timm("mobilenetv4_conv_small", 96),
     _timm("coatnet_nano_rw_224", 64, img_size=64, drop_path_rate=0.0),
     _timm("maxvit_rmlp_pico_rw_256", 64, img_size=64, drop_path_rate=0.0),
     _timm("tnt_s_patch16_224", 32, img_size=32, patch_size=8, depth=2, drop_path_rate=0.0),
