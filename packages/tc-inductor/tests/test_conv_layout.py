@@ -16,6 +16,7 @@ from inductor_helpers import assert_same
 import tc_inductor
 import tc_ir
 from tc_inductor import layout
+from tc_inductor.lowering import LOWERINGS
 
 F = torch.nn.functional
 aten = torch.ops.aten
@@ -260,12 +261,15 @@ def test_resnet_block_inference(backend, channels_last):
 
 
 def _extern_max_pooling(monkeypatch):
-    """Max pooling as an extern call, as on torch versions without its decomposition (2.11)."""
+    """Max pooling as an extern call: neither its lowering (lowering/pooling.py, which declines
+    large windows) nor torch's decomposition (absent on torch 2.11)."""
     # (``tc_inductor.decompositions`` is also the package's function of that name)
     decompositions = importlib.import_module("tc_inductor.decompositions")
     lowered = decompositions.find_decomposition
     monkeypatch.setattr(decompositions, "find_decomposition", lambda target: None if "max_pool2d" in str(target)
                         else lowered(target))
+    for target in (aten.max_pool2d_with_indices.default, aten.max_pool2d_with_indices_backward.default):
+        monkeypatch.delitem(LOWERINGS, target)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
