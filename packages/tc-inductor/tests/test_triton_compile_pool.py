@@ -25,7 +25,7 @@ from test_triton_warmup import kernel_of
 import tc_inductor
 from tc_inductor import kir
 from tc_inductor.codegen import triton as triton_backend
-from tc_inductor.codegen import triton_compile, triton_worker
+from tc_inductor.codegen import triton_compile, triton_load, triton_worker
 from tc_inductor.config import Options
 
 aten = torch.ops.aten
@@ -64,7 +64,7 @@ def job(path: Path, name: str, meta: dict) -> dict:
 def test_a_worker_compiles_into_tritons_cache_without_torch(pool, cache, tmp_path):
     path, name, meta = cuda_kernel_file(tmp_path)
     digest = pool.submit(job(path, name, meta)).result(timeout=120)
-    entry = cache / triton_backend.triton_cache_entry(cache, digest)
+    entry = cache / triton_load.triton_cache_entry(cache, digest)
     assert sorted(p.suffix for p in entry.iterdir() if not p.name.startswith("__grp__")) == \
         [".cubin", ".json", ".llir", ".ptx", ".source", ".ttgir", ".ttir"]
     (pid,) = pool.pids()
@@ -87,7 +87,7 @@ def test_this_process_then_loads_the_workers_kernel_without_compiling(pool, cach
         compiled = triton_backend._warmup(getattr(module, name), meta)
     assert compiled is not None and hashes == []  # loaded as the worker described it (triton_load.py)
     assert compiled_here == []  # not even a lookup through Triton's compile path here
-    assert [p.name for p in cache.iterdir()] == [triton_backend.triton_cache_entry(cache, compiled.hash)]
+    assert [p.name for p in cache.iterdir()] == [triton_load.triton_cache_entry(cache, compiled.hash)]
 
 
 def test_one_compiled_kernel_serves_every_seed_slot(pool, cache, tmp_path):

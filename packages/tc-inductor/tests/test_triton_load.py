@@ -402,3 +402,62 @@ def test_launch_files_are_the_metadata_and_the_binary(cuda_like):
     assert triton_load.launch_files(group, "k") == {"k.cubin": "/c/k.cubin", "k.json": "/c/k.json"}
     with pytest.raises(triton_load.LoadError):
         triton_load.launch_files({"k.json": "/c/k.json", "k.ptx": "/c/k.ptx"}, "k")
+
+
+# A kernel launched as verified in an earlier process (``triton._load_verified``): the store (with
+# ``contains``, as tc's is) and Triton's cache warm, nothing of the kernel's source is imported.
+VERIFIED_SCRIPT = SCRIPT.split("aten = torch.ops.aten")[0] + """
+DirStore.contains = lambda self, kind, key: (self.root / kind / key).exists()
+from tc_inductor.codegen import build
+from tc_inductor.codegen.triton_launch import TritonLauncher, VerifiedLauncher
+
+aten = torch.ops.aten
+g = tc_ir.Graph()
+x = g.input("x", tc_ir.TensorSpec((1000, 37), torch.float32, device=torch.device("cuda")))
+y = g.input("y", tc_ir.TensorSpec((1,), torch.float32, device=torch.device("cuda")))
+g.output((g.call(aten._softmax.default, g.call(aten.mul.Tensor, g.call(aten.sin.default, x), 1.2345), -1, False),
+          g.call(aten.add.Tensor, g.call(aten.cos.default, y), 1.0)))
+x, y = torch.randn(1000, 37, device="cuda"), torch.randn(1, device="cuda")
+k = tc_inductor.compile(g, [x, y], {"artifact_store": DirStore(sys.argv[1]), "cache": False, "fusion": False})
+imported = []  # kernel modules imported in this process, after each call
+for misaligned in (False, False, True, False):
+    x, y = torch.randn(1000, 37, device="cuda"), torch.randn(1, device="cuda")
+    if misaligned:  # 4 bytes past a 16-byte boundary: the kernel was compiled for aligned pointers
+        x = torch.randn(1000 * 37 + 1, device="cuda")[1:].view(1000, 37)
+    out = k(x, y)
+    torch.testing.assert_close(out[0], torch.softmax(x.sin() * 1.2345, -1))
+    torch.testing.assert_close(out[1], y.cos() + 1)
+    imported.append(build.COUNTERS["triton_kernels"])
+kinds = sorted(type(v).__name__ for v in k._fn.__globals__.values() if isinstance(v, (TritonLauncher, VerifiedLauncher)))
+print("kinds", kinds, "imported", imported)
+"""
+
+
+@pytest.mark.cuda
+def test_a_kernel_verified_in_an_earlier_process_is_launched_without_its_source(tmp_path):
+    import ast
+    import os
+    import subprocess
+    import sys
+
+    def run(**env) -> str:
+        env = {**os.environ, "TC_CACHE_DIR": str(tmp_path / "tc"), "TRITON_CACHE_DIR": str(tmp_path / "triton"),
+               "PYTHONPATH": os.pathsep.join(sys.path), **env}
+        env.pop("TRITON_INTERPRET", None)
+        result = subprocess.run([sys.executable, "-c", VERIFIED_SCRIPT, str(tmp_path / "store")], env=env,
+                                capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    def launchers(out: str) -> set[str]:
+        return set(ast.literal_eval(out.split("kinds ")[1].split(" imported")[0]))
+
+    cold = run()  # compiled, launched, compared with Triton's launch: recorded
+    n = len(ast.literal_eval(cold.split("kinds ")[1].split(" imported")[0]))
+    assert launchers(cold) == {"TritonLauncher"} and len(list((tmp_path / "store" / "triton_verified").iterdir())) == n
+    warm = run()  # loaded as recorded: no kernel module imported until the misaligned call needs run
+    imported = ast.literal_eval(warm.split("imported ")[1])
+    # the misaligned call imports each kernel that reads x (the softmax's recompute it too)
+    assert launchers(warm) == {"VerifiedLauncher"} and imported[:2] == [0, 0] and imported[2] > 0, warm
+    debug = run(TRITON_DEBUG="1")  # another compile option: loaded as usual, compared again
+    assert launchers(debug) == {"TritonLauncher"}, debug

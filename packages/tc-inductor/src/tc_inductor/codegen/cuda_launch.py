@@ -98,22 +98,40 @@ def make(compiled: Any, n_args: int, fallback: Any, stream_of: Any, device: int,
 
     if not isinstance(compiled, CompiledKernel):  # a test's stand-in
         return None
-    meta = compiled.metadata
-    launcher = compiled.run
-    plain = (getattr(meta, "num_ctas", 1) == 1 and not getattr(meta, "launch_cooperative_grid", False)
-             and not getattr(meta, "launch_pdl", False) and getattr(launcher, "global_scratch_size", 1) == 0
-             and getattr(launcher, "profile_scratch_size", 1) == 0 and getattr(meta.target, "backend", None) == "cuda")
-    if not plain:
-        return None
     argument_kinds = kinds(dict(compiled.src.signature), n_args)
     if argument_kinds is None:
+        return None
+    compiled._init_handles()  # (loaded by the launch compared before this one)
+    return make_for(compiled.function, compiled.metadata._asdict(), argument_kinds, fallback, stream_of, device,
+                    knobs)
+
+
+def make_for(function: int, meta: dict, argument_kinds: bytes, fallback: Any, stream_of: Any, device: int,
+             knobs: Any) -> Any:
+    """A ``Launcher`` of the loaded kernel ``function`` whose Triton metadata is ``meta`` (as
+    the metadata json has it, or a ``CompiledKernel``'s), taking arguments of ``kinds``; None
+    where the kernel needs more of Triton's launcher than a plain ``cuLaunchKernel``."""
+    if not plain(meta):
         return None
     ext = module()
     if ext is None or len(argument_kinds) > ext.MAX_ARGS:
         return None
-    block = meta.num_warps * meta.target.warp_size
-    return ext.Launcher(fallback, int(compiled.function), block, int(meta.shared), argument_kinds, stream_of,
+    block = meta["num_warps"] * _field(meta["target"], "warp_size")
+    return ext.Launcher(fallback, int(function), block, int(meta["shared"]), argument_kinds, stream_of,
                         int(device), knobs)
+
+
+def plain(meta: dict) -> bool:
+    """Whether a kernel of Triton metadata ``meta`` launches as one ``cuLaunchKernel``: one CTA
+    per cluster, no cooperative or programmatic launch, no scratch memory, a CUDA target."""
+    return (meta.get("num_ctas", 1) == 1 and not meta.get("launch_cooperative_grid", False)
+            and not meta.get("launch_pdl", False) and meta.get("global_scratch_size", 1) == 0
+            and meta.get("profile_scratch_size", 1) == 0 and _field(meta.get("target"), "backend") == "cuda")
+
+
+def _field(target: Any, name: str) -> Any:
+    """A field of a ``GPUTarget``, or of its JSON form (a dict) in a metadata file."""
+    return target.get(name) if isinstance(target, dict) else getattr(target, name, None)
 
 
 def _load() -> Any:

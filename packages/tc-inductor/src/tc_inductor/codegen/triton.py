@@ -8,7 +8,6 @@ row per stage). One config is chosen by heuristics; ``max_autotune`` benchmarks 
 
 from __future__ import annotations
 
-import base64
 import concurrent.futures
 import contextlib
 import functools
@@ -33,7 +32,7 @@ from . import artifacts, build, cuda_launch, triton_compile, triton_load
 from .build import cache_dir, ensure_file
 from .common import Emitter, Scope, print_index
 from .registry import register_backend
-from .triton_launch import TritonLauncher
+from .triton_launch import TritonLauncher, VerifiedLauncher
 
 TL = {
     torch.float32: "tl.float32", torch.float64: "tl.float64", torch.float16: "tl.float16",
@@ -836,6 +835,11 @@ class TritonBackend:
         if meta.get("warmup") is None:
             return
         store = options.get("artifact_store")
+        if not _start_verified(record, store):
+            self._start_compile(record, store)
+
+    def _start_compile(self, record: dict, store: Any) -> None:
+        meta = record["meta"]
         records = [record] if not meta.get("bucketed") or meta["autotune"] else \
             [_with_config(record, c) for c in bucket_configs(meta)]
         if not meta["autotune"] and not all(_in_store(store, r) for r in records):
@@ -847,7 +851,14 @@ class TritonBackend:
             _start_warmup(kernel, r, store)
 
     def load(self, record: dict, options: Any):
-        kernel, meta = self._kernel(record), record["meta"]
+        meta, store = record["meta"], options.get("artifact_store")
+        verified = _verified.get(_warmup_key(record))
+        if verified is not None:
+            launcher = verified.result()
+            if launcher is not None:
+                return launcher
+            self._start_compile(record, store)  # not loadable as recorded: as a kernel without the record
+        kernel = self._kernel(record)
         if meta["autotune"]:
             # Triton's Autotuner keeps the arguments of a warmup or run on itself (``nargs``) and
             # clears them when done: a launch while the pool's ahead-of-time warmup of it ran
@@ -858,15 +869,15 @@ class TritonBackend:
             return kernel
         if meta.get("bucketed"):  # each config's compile is waited for at its first launch
             shape = _BucketShape(meta["bucketed"])
-            store = options.get("artifact_store")
             return BucketedLauncher(lambda config: self._launcher(kernel, _with_config(record, config), store),
                                     shape.reduction, lambda x, r: heuristic_config(shape, meta["interpret"], x, r))
-        future = _warmups.get(_warmup_key(record))
+        key = _warmup_key(record)
+        future = _warmups.get(key)
         # the compiled kernel, or None (failed, logged: the first launch then says why)
-        return self._launcher(kernel, record, None, future.result() if future is not None else None)
+        return self._launcher(kernel, record, store, future.result() if future is not None else None, verify=True)
 
     @staticmethod
-    def _launcher(kernel: Any, record: dict, store: Any, compiled: Any = None) -> TritonLauncher:
+    def _launcher(kernel: Any, record: dict, store: Any, compiled: Any = None, verify: bool = False) -> TritonLauncher:
         """The launcher of ``record``'s config; a kernel over symbolic sizes is compiled for that
         config (in the pool, unless ``start`` has already) and launched directly at every size."""
         meta = record["meta"]
@@ -877,8 +888,10 @@ class TritonBackend:
             except Exception as e:  # Triton rejected the source (``_warmup``): as a failed launch, nothing written
                 e.tc_kernel_failed = True
                 raise
+        on_verified = functools.partial(_save_verified, store, record) if verify and store is not None else None
         return TritonLauncher(kernel, meta["config"], meta["pointers"], range(meta["first_output"], meta["pointers"]),
-                              compiled, meta["device"], meta.get("options", {}), meta.get("varying_ints", False))
+                              compiled, meta["device"], meta.get("options", {}), meta.get("varying_ints", False),
+                              on_verified)
 
     def _kernel(self, record: dict):
         """The kernel's function, its source written (checked) and imported once per process:
@@ -1013,6 +1026,7 @@ _modules: dict[str, Any] = {}
 _functions: dict[tuple, Any] = {}  # by (source, interpreted): TritonBackend._kernel's memo
 _modules_lock = threading.Lock()
 _warmups: dict[str, concurrent.futures.Future] = {}  # by source, signature, config and device
+_verified: dict[str, concurrent.futures.Future] = {}  # ``_load_verified``'s, by the same key
 
 
 def launch_options(kernel: kir.Kernel) -> dict:
@@ -1068,8 +1082,8 @@ def _warmup(kernel: Any, meta: dict, store: Any = None, key: str = "") -> Any:
             if known is not None:  # in Triton's cache already: the store's entry is not read
                 _load_ahead(known)
                 return known
-            restored = _restore_compiled(store, store_key, _triton_cache_root()) if store is not None else []
-            described = _stored_description(_triton_cache_root(), restored)
+            restored = _restore_compiled(store, store_key, triton_load.cache_root()) if store is not None else []
+            described = _stored_description(triton_load.cache_root(), restored)
             if not meta["autotune"] and not restored:
                 described = _compile_in_worker(kernel, sig, consts)
             compiled = _load_compiled(kernel, args, consts, described)
@@ -1079,7 +1093,7 @@ def _warmup(kernel: Any, meta: dict, store: Any = None, key: str = "") -> Any:
                 triton_compile.check_hash(kernel, (described or {}).get("hash"), compiled)
             _load_ahead(compiled)
         if store is not None:  # an entry without the description (older tc) is stored again, with it
-            _save_compiled(store, store_key, compiled, _triton_cache_root(), restored, stale=described is None)
+            _save_compiled(store, store_key, compiled, triton_load.cache_root(), restored, stale=described is None)
             _save_description(store, store_key, compiled)
         return compiled
     except Exception as e:  # the first launch compiles it again and raises what is wrong
@@ -1088,6 +1102,89 @@ def _warmup(kernel: Any, meta: dict, store: Any = None, key: str = "") -> Any:
         _log.debug("ahead-of-time compile of a Triton kernel failed (%s: %s); it compiles at launch",
                    type(e).__name__, e)
         return None
+
+
+# ---- kernels launched as verified in an earlier process ----------------------------------------
+#
+# A kernel whose first launch through tc's C launcher matched Triton's own (``TritonLauncher._first``)
+# gets a ``"triton_verified"`` store entry (``TritonLauncher.verified``: hash, name, argument kinds,
+# compile keyword arguments). A later process loads such a kernel's binary straight from Triton's
+# cache (``triton_load.load_verified``) and launches it with tc's C launcher from its first launch:
+# it neither imports the kernel's source (``@triton.jit`` tokenizes it: 3-25 ms a kernel, 5.6 s of
+# MobileNetV3 training's warm start on the H100) nor binds, builds Triton's launcher or compares
+# the first launch again. The entry's key covers what the comparison depended on: the kernel's
+# source, signature and config, Triton's version, the device's capability and tc's launch code
+# (``_launch_code``); what the process itself can change is checked at the load.
+
+def _verified_key(record: dict) -> str:
+    return _store_key(_warmup_key(record) + _launch_code(), record["meta"]["warmup"]["device"])
+
+
+@functools.cache
+def _launch_code() -> str:
+    """A digest of the code a recorded comparison vouches for: tc's C launcher and its Python
+    side, the launch and load paths."""
+    here = Path(__file__).parent
+    files = [cuda_launch.SOURCE, here / "cuda_launch.py", here / "triton_launch.py", here / "triton_load.py"]
+    return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()
+
+
+def _start_verified(record: dict, store: Any) -> bool:
+    """Start loading ``record``'s kernel as recorded (``_load_verified``), where it can be: a fixed
+    config, and a ``"triton_verified"`` entry in the store."""
+    meta = record["meta"]
+    if store is None or meta["autotune"] or meta.get("bucketed") or not torch.cuda.is_available():
+        return False
+    key = _verified_key(record)
+    if not _contains(store, "triton_verified", key):
+        return False
+    with _modules_lock:
+        if _warmup_key(record) not in _verified:
+            _verified[_warmup_key(record)] = build.workers().submit(_load_verified, record, store, key)
+    return True
+
+
+def _load_verified(record: dict, store: Any, key: str) -> VerifiedLauncher | None:
+    """``record``'s kernel loaded and its C launcher made as the store's entry records; None
+    where it cannot be (logged under ``TC_LOGS=perf_hints``): it is then loaded as usual."""
+    from triton import knobs
+    from triton.runtime import driver
+
+    meta = record["meta"]
+    device = meta["warmup"]["device"]
+    try:
+        entry = json.loads(artifacts.store_get(store, "triton_verified", key) or b"null")
+        with torch.cuda.device(device):
+            loaded = triton_load.load_verified(entry["hash"], entry["name"], entry["kwargs"], entry["debug"], device)
+            fallback = _RunLater(record)
+            launch = cuda_launch.make_for(loaded.function, loaded.metadata, entry["kinds"].encode(), fallback,
+                                          driver.active.get_current_stream, device, knobs.runtime)
+        if launch is None:
+            raise triton_load.LoadError("tc's C launcher cannot launch it")
+        return VerifiedLauncher(launch, fallback)
+    except Exception as e:  # loaded as usual: import, load, compare at the first launch
+        _log.info("Triton kernel %s not loaded as recorded (%s: %s)", key, type(e).__name__, e)
+        return None
+
+
+class _RunLater:
+    """A ``VerifiedLauncher``'s fallback: ``JITFunction.run`` of the kernel, its module imported
+    at the first launch that needs it."""
+
+    def __init__(self, record: dict):
+        self.record, self.launcher = record, None
+
+    def __call__(self, grid0: int, *args: Any) -> None:
+        if self.launcher is None:
+            self.launcher = TritonBackend._launcher(TritonBackend()._kernel(self.record), self.record, None)
+        self.launcher(grid0, *args)
+
+
+def _save_verified(store: Any, record: dict, entry: dict) -> None:
+    """The ``"triton_verified"`` entry of ``record``'s kernel (``TritonLauncher.on_verified``)."""
+    key = _verified_key(record)
+    if not _contains(store, "triton_verified", key):
+        artifacts.store_put(store, "triton_verified", key, json.dumps(entry).encode())
 
 
 def _load_compiled(kernel: Any, args: list, consts: dict, described: dict | None) -> Any:
@@ -1181,12 +1278,6 @@ def _in_store(store: Any, record: dict) -> bool:
     return store.contains("triton_kernel", _store_key(_warmup_key(record), record["meta"]["warmup"]["device"]))
 
 
-def _triton_cache_root() -> Path:
-    from triton import knobs
-
-    return Path(knobs.cache.dir)
-
-
 def _restore_compiled(store: Any, key: str, root: Path) -> list[str]:
     """Triton cache directories restored from the store (none when absent or unreadable)."""
     data = artifacts.store_get(store, "triton_kernel", key)
@@ -1260,21 +1351,12 @@ def _save_compiled(store: Any, key: str, compiled: Any, root: Path, restored: li
     """Store ``compiled``'s cache directory, with its ``DESCRIPTION``; not if it was restored from
     the store (unless the entry was ``stale``: without a description)."""
     digest = getattr(compiled, "hash", None)  # None for autotuned kernels (several configs)
-    name = triton_cache_entry(root, digest) if isinstance(digest, str) else None
+    name = triton_load.triton_cache_entry(root, digest) if isinstance(digest, str) else None
     if name is None or (name in restored and not stale):
         return
     data = _description(compiled)
     extra = {f"{name}/{DESCRIPTION}": data} if data is not None else {}
     artifacts.store_put(store, "triton_kernel", key, artifacts.pack_dirs(root, [name], extra))
-
-
-def triton_cache_entry(root: Path, digest: str) -> str | None:
-    """The directory of the compiled kernel of hash ``digest`` in Triton's cache ``root``: named
-    by the hash's base32 (Triton 3.x's ``FileCacheManager``), or the hash itself; None if absent."""
-    names = [digest]
-    with contextlib.suppress(ValueError):
-        names.insert(0, base64.b32encode(bytes.fromhex(digest)).decode().rstrip("="))
-    return next((n for n in names if (root / n).is_dir()), None)
 
 
 def _check_interpreter() -> None:

@@ -30,6 +30,13 @@ parsing), else ``_direct``. A function that is no ``JITFunction`` (the
 interpreter, tests' stand-ins) is compared with ``run`` itself. ``run`` is also used where the
 direct path cannot be (the interpreter, a failed ahead-of-time compile, launch hooks set by a
 profiler, a pointer whose alignment differs from what the kernel was specialised for).
+
+A comparison that tc's C launcher passed is recorded (``on_verified``: the artifact store's
+``"triton_verified"`` entry, keyed by the kernel's source, signature, config, Triton's version, the
+device's capability and this launch code). A later process launches that kernel with a
+``VerifiedLauncher``: its binary read from Triton's cache (``triton_load.load_verified``), tc's C
+launcher from the first launch on, no ``JITFunction`` and no second comparison; ``run`` only for
+what the C launcher hands back.
 """
 
 from __future__ import annotations
@@ -52,7 +59,8 @@ class TritonLauncher:
     """``launcher(grid0, *pointers_and_ints)``: one launch of ``fn`` with ``consts``."""
 
     def __init__(self, fn: Any, consts: dict, n_pointers: int, outputs: range, compiled: Any = None,
-                 device: int = 0, options: dict | None = None, varying_ints: bool = False):
+                 device: int = 0, options: dict | None = None, varying_ints: bool = False,
+                 on_verified: Any = None):
         self.fn, self.consts, self.n_pointers, self.outputs = fn, dict(consts), n_pointers, outputs
         # the int arguments change between launches (sizes): ``compiled`` takes them unspecialised
         # as int32 (see ``TritonKernelWriter.unspecialised``); one past int32 goes through run
@@ -67,6 +75,8 @@ class TritonLauncher:
         self._stream = self._knobs = None  # triton's current-stream getter and runtime knobs
         self._c_launch, self._c_args = None, ()  # bound at the first direct launch (``_bind``)
         self._checks = CHECKS
+        # called with ``verified()`` once tc's C launcher has launched as Triton does (``_first``)
+        self.on_verified = on_verified
         self.launch = self._first if compiled is not None else self._via_run
 
     def __call__(self, grid0: int, *args: Any) -> None:
@@ -101,7 +111,8 @@ class TritonLauncher:
                 return
             expected = [args[i].clone() for i in self.outputs]
             _restore(args, self.outputs, before)
-            direct = self._native(len(args)) or self._direct
+            native = self._native(len(args))
+            direct = native or self._direct
             direct(grid0, *args)
             same = all(torch.equal(e, args[i]) or (e.is_floating_point() and torch.allclose(
                 e, args[i], rtol=0, atol=0, equal_nan=True)) for e, i in zip(expected, self.outputs))
@@ -110,11 +121,22 @@ class TritonLauncher:
                 _restore(args, self.outputs, before)
                 return self._via_run(grid0, *args)
             self.launch = direct
+            if native is not None and self.on_verified is not None:
+                self.on_verified(self.verified(len(args)))
         except Exception as e:  # never a wrong answer: run is always right
             _log.info("direct Triton launch of %s failed (%s: %s); using JITFunction.run", self.fn,
                       type(e).__name__, e)
             _restore(args, self.outputs, before)
             self._via_run(grid0, *args)
+
+    def verified(self, n_args: int) -> dict:
+        """What a later process needs to launch this kernel with tc's C launcher without
+        Triton's ``JITFunction`` (``triton_load.load_verified``, ``VerifiedLauncher``): the
+        compiled kernel's hash and name, the launch's argument kinds, and what ``run`` derives
+        its compile options from (the launch's keyword arguments and the function's ``debug``)."""
+        k = self.compiled
+        return {"hash": k.hash, "name": k.name, "kinds": cuda_launch.kinds(dict(k.src.signature), n_args).decode(),
+                "kwargs": self.run_kwargs, "debug": self.fn.debug}
 
     def _reference(self, grid0: int, *args: Any) -> bool:
         """Launch as Triton would (see the module's docstring); False where ``run`` would not
@@ -166,6 +188,21 @@ class TritonLauncher:
         self._c_launch(grid0, 1, 1, self._stream(self.device), *self._c_args, *pointers, *args[n:], *self.const_values)
 
 
+class VerifiedLauncher:
+    """``launcher(grid0, *pointers_and_ints)`` of a kernel that an earlier process loaded, launched
+    and compared (``TritonLauncher._first``), loaded now by ``triton_load.load_verified``:
+    ``launch`` is tc's C launcher from the first launch on. What it hands back (a launch hook
+    set, a pointer not 16-byte aligned, an int past its type) goes to ``fallback``: a
+    ``TritonLauncher`` through ``JITFunction.run``, made (the kernel's module imported) when
+    first needed."""
+
+    def __init__(self, launch: Any, fallback: Any):
+        self.launch, self.fallback = launch, fallback
+
+    def __call__(self, grid0: int, *args: Any) -> None:
+        self.launch(grid0, *args)
+
+
 def _bind(k: Any) -> tuple[Any, tuple]:
     """The C function a launch of the compiled kernel ``k`` ends in, and its arguments before
     the kernel's own. ``k.run`` is the backend's launcher object, whose ``__call__`` (Python)
@@ -182,18 +219,7 @@ def _bind(k: Any) -> tuple[Any, tuple]:
 
 
 def _hooks_set(runtime: Any) -> bool:
-    return _hooked(runtime.launch_enter_hook) or _hooked(runtime.launch_exit_hook)
-
-
-def _hooked(hook: Any) -> bool:
-    """Whether a Triton launch hook is set: triton 3.6's knobs hold a ``HookChain`` that is never
-    None (empty ``calls`` when no profiler is attached); earlier versions hold None or a function.
-    Testing ``is not None`` sent every launch through ``run`` on triton 3.6 (half of ResNet-50's
-    training step on the host, measured on the H100)."""
-    if hook is None:
-        return False
-    calls = getattr(hook, "calls", None)
-    return bool(calls) if calls is not None else True
+    return triton_load.hooked(runtime.launch_enter_hook) or triton_load.hooked(runtime.launch_exit_hook)
 
 
 def _is_triton_error(e: BaseException) -> bool:
