@@ -109,10 +109,7 @@ class _Window:
         value = kir.cast(self.x.load(self.prefix + positions), self.x.dtype)
         conds = [c for d, j in enumerate(js) for c in self.inside(d, j)]
         if conds:
-            mask = conds[0]
-            for c in conds[1:]:
-                mask = kir.binary(Ops.AND, mask, c)
-            value = kir.masked(mask, value, float("-inf"))
+            value = kir.masked(_all(conds), value, float("-inf"))
         return value, _flat(positions, self.in_sizes)
 
     def first_index(self) -> UOp:
@@ -190,37 +187,24 @@ def _max_pool_backward(n: int):
         counts = _candidates(params)
         if math.prod(counts) > MAX_WINDOW:
             raise Unsupported(f"{math.prod(counts)} windows can hold one input element")
-        spec = ctx.spec
+        spec, (_, stride_, padding_, _) = ctx.spec, params
         in_sizes, out_sizes = x.shape[x.ndim - n:], grad_output.shape[grad_output.ndim - n:]
-        _, stride_, padding_, _ = params
         compute = kir.compute_dtype(spec.dtype)
 
         def fn(index):
             prefix, pos = index[:len(index) - n], index[len(index) - n:]
             target = _flat(pos, in_sizes)
-            # the last window starting at or before this position, per dim (position + padding >= 0)
+            # per dim, the last window starting at or before this position (position + padding >= 0)
             last = tuple(FloorDiv(p + pad, s) for p, pad, s in zip(pos, padding_, stride_))
             total = kir.const(0, compute)
-            # windows in increasing order (eager's order of accumulation)
-            for back in itertools.product(*(reversed(range(c)) for c in counts)):
+            for back in itertools.product(*(reversed(range(c)) for c in counts)):  # eager's order
                 window = tuple(lst - b for lst, b in zip(last, back))
-                conds = []
-                for d, (w, b) in enumerate(zip(window, back)):
-                    if b > 0:
-                        conds.append(kir.binary(Ops.GE, kir.index_value(w), kir.const(0, torch.int64)))
-                    if not _always(_largest(last[d], in_sizes[d], padding_[d], stride_[d]) - b
-                                   < sympy.sympify(out_sizes[d])):
-                        conds.append(kir.binary(Ops.LT, kir.index_value(w),
-                                                kir.size_value(out_sizes[d], torch.int64)))
+                conds = [c for d in range(n) for c in _window_exists(window[d], back[d], in_sizes[d],
+                                                                     out_sizes[d], padding_[d], stride_[d])]
                 at = prefix + window
                 hit = kir.binary(Ops.EQ, kir.cast(indices.load(at), torch.int64), target)
                 part = kir.where(hit, kir.cast(grad_output.load(at), compute), kir.const(0, compute))
-                if conds:
-                    mask = conds[0]
-                    for c in conds[1:]:
-                        mask = kir.binary(Ops.AND, mask, c)
-                    part = kir.masked(mask, part, 0)
-                total = kir.binary(Ops.ADD, total, part)
+                total = kir.binary(Ops.ADD, total, kir.masked(_all(conds), part, 0) if conds else part)
             return total
 
         return Pointwise(spec.shape, spec.dtype, spec.device, fn)
@@ -228,12 +212,25 @@ def _max_pool_backward(n: int):
     return lowering
 
 
-def _largest(last: Any, in_size: Any, padding: int, stride: int) -> sympy.Expr:
-    """The largest value ``last`` (a window number) takes over the input's positions; for a
-    symbolic size a bound sympy cannot compare, so the check stays."""
-    if isinstance(in_size, int):
-        return sympy.Integer((in_size - 1 + padding) // stride)
-    return sympy.Symbol("unknown")
+def _window_exists(window: sympy.Expr, back: int, in_size: Any, out_size: Any, padding: int,
+                   stride: int) -> list[UOp]:
+    """The conditions (none where always true) for window number ``window``, ``back`` windows
+    before the last one to start at or before its position, to be one of the ``out_size``."""
+    conds = []
+    if back > 0:
+        conds.append(kir.binary(Ops.GE, kir.index_value(window), kir.const(0, torch.int64)))
+    # the last window of the input's last position is a window, for static sizes sympy can say
+    largest = (in_size - 1 + padding) // stride - back if isinstance(in_size, int) else None
+    if largest is None or not _always(sympy.sympify(largest) < sympy.sympify(out_size)):
+        conds.append(kir.binary(Ops.LT, kir.index_value(window), kir.size_value(out_size, torch.int64)))
+    return conds
+
+
+def _all(conds: list[UOp]) -> UOp:
+    mask = conds[0]
+    for c in conds[1:]:
+        mask = kir.binary(Ops.AND, mask, c)
+    return mask
 
 
 register(aten.max_pool2d_with_indices_backward.default)(_max_pool_backward(2))
