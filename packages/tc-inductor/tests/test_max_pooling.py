@@ -196,6 +196,19 @@ def test_zero_size_batch(backend):
     _check_backward(x, indices, op, args, backend, torch.float32)
 
 
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+def test_windows_wholly_in_the_padding(backend):
+    """Dilation 2 over a 1-pixel image: the window's elements are at -1 and 1, both outside.
+    Eager gives -inf and the index of its starting position (1 * 1 + 1 = 2, past the plane);
+    the convolution fuzzer meets this. (Eager's CPU backward then writes out of bounds: not compared.)"""
+    op, args = aten.max_pool2d_with_indices.default, _pool_args((2, 1, 1, 2, True))
+    first = torch.randn(2, 3, 1, 1)
+    compiled = tc_inductor.compile(_forward_graph(first, op, args), [first], _opts(backend))
+    _ours(compiled)
+    for x in (first, torch.randn(2, 3, 1, 1), torch.randn(2, 3, 3, 1)[:, :, :1]):
+        _assert_same(compiled(x), op(x, *args), torch.float32)
+
+
 @pytest.mark.parametrize("config", [(2, 2, 0, 1, False), (3, 2, 1, 1, True), (3, 2, 1, 2, False)], ids=_id)
 def test_3d(config):
     """(A 3x3x3 window is past ``MAX_WINDOW``: the first dim's is 2 here.)"""

@@ -4,7 +4,8 @@ Forward: each output element is its window's max, unrolled over the window as ea
 walk it: a later element wins when it is greater or NaN (so a NaN gives NaN and, of several, the
 last NaN's index), ties keep the first, positions in the padding are skipped (never 0, never a
 winner), and the index starts at the window's first position at or after the input's start (the
-answer eager gives for a window of only -inf).
+answer eager gives for a window of only -inf, and for one wholly in the padding: dilation 2 over
+a 1-pixel image gives -inf and an index past the plane).
 
 Backward: the gradient of an input element is the sum, over the output windows that can contain
 it, of those windows' incoming gradients whose recorded index is this element: a gather over at
