@@ -12,9 +12,8 @@ from __future__ import annotations
 import dis
 import functools
 import sys
-from dataclasses import dataclass
 from types import CodeType
-from typing import Any
+from typing import Any, NamedTuple
 
 PY312 = sys.version_info >= (3, 12)
 SUPPORTED = ((3, 11), (3, 12))
@@ -46,9 +45,9 @@ INTRINSIC_UNARY_POSITIVE = 5
 INTRINSIC_LIST_TO_TUPLE = 6
 
 
-@dataclass(frozen=True)
-class Inst:
-    """One normalized instruction."""
+class Inst(NamedTuple):
+    """One normalized instruction (immutable; a named tuple: a frozen dataclass's ``__init__``,
+    one ``object.__setattr__`` per field, was a fifth of decoding a transformers forward)."""
 
     opname: str
     arg: int | None
@@ -60,10 +59,13 @@ class Inst:
     push_null: bool = False  # LOAD_GLOBAL: push NULL before the global
 
 
+_JUMPS = frozenset(dis.hasjabs) | frozenset(dis.hasjrel)  # dis's are lists
+
+
 def _normalize(ins: dis.Instruction, lineno: int, code: CodeType) -> Inst:
     name = _RENAMES.get(ins.opname, ins.opname)
     arg, argval, method, push_null = ins.arg, ins.argval, False, False
-    target = ins.argval if ins.opcode in dis.hasjabs or ins.opcode in dis.hasjrel else None
+    target = ins.argval if ins.opcode in _JUMPS else None
     if ins.opname == "LOAD_METHOD":
         name, method = "LOAD_ATTR", True
     elif ins.opname == "LOAD_ATTR" and PY312:

@@ -60,6 +60,7 @@ class GuardSet:
         self._not_own: dict[str, tuple] = {}  # source expr -> (its guard, the names it checks)
         self.names = names  # frame slot names, for readable descriptions
         self.bound: dict[str, str] = {}  # source expression -> local name a tensor guard bound it to
+        self._readable: dict[str, str] = {}  # source expression -> ``pretty`` of it over ``names``
 
     # ---- building ---------------------------------------------------------------------------
     def ref(self, obj: object) -> str:
@@ -87,7 +88,11 @@ class GuardSet:
         return guard
 
     def readable(self, source: Source) -> str:
-        return pretty(source, self.names)
+        # asked several times per source (its type, its hooks, its value), two regex passes each
+        found = self._readable.get(source.expr)
+        if found is None:
+            found = self._readable[source.expr] = pretty(source, self.names)
+        return found
 
     def type_is(self, source: Source, value: object) -> None:
         self.add(source, f"type({source.expr}) is {self.ref(type(value))}",

@@ -20,6 +20,7 @@ case):
 from __future__ import annotations
 
 import ast
+import functools
 from typing import Any
 
 import torch
@@ -79,9 +80,9 @@ def rebuild_returns(spec: Any, outputs) -> Any:
 
 def user_input(source, example: Any) -> tuple:
     """What one graph input is, from its source expression (see the module docstring)."""
-    base, keys = _path(ast.parse(source.expr, mode="eval").body)
+    base, keys = _parsed_path(source.expr)
     if source.gated:
-        _, root_keys = _path(ast.parse(source.root.expr, mode="eval").body)
+        _, root_keys = _parsed_path(source.root.expr)
         name = ".".join(str(k) for k in keys[len(root_keys):])
         return ("param" if isinstance(example, torch.nn.Parameter) else "buffer", name)
     if base[0] == "F":
@@ -91,6 +92,19 @@ def user_input(source, example: Any) -> tuple:
     if base[0] == "C" and keys == ["cell_contents"]:
         return ("closure", source.name)
     return ("other", source.expr)
+
+
+def _parsed_path(expr: str) -> tuple[tuple, list]:
+    base, keys = _parsed_path_cached(expr)
+    return base, list(keys)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed_path_cached(expr: str) -> tuple[tuple, tuple]:
+    """``_path`` of the expression text (a pure function of it): every module-owned input parsed
+    its root (``F[0]``) again."""
+    base, keys = _path(ast.parse(expr, mode="eval").body)
+    return base, tuple(keys)
 
 
 def _path(node) -> tuple[tuple, list]:
