@@ -224,6 +224,15 @@ def test_parameters_as_eager_reads_them():
         _check_forward(lambda: torch.randn(2, 3, 8, 7), op, args)
 
 
+@pytest.mark.parametrize("stride", [1, 2])
+def test_the_largest_unrolled_window(stride):
+    """5x5 (``MAX_WINDOW``): forward 25 elements, backward up to 25 windows. The values and the
+    indices share one walk of each window: built twice, comparing the two equal trees took
+    2**25 steps (a 3-d 2x3x3 pooling compiled in 10 s, a 5x5 one never)."""
+    _check_forward(lambda: torch.randn(2, 3, 11, 10), aten.max_pool2d_with_indices.default,
+                   _pool_args((5, stride, 2, 1, False)))
+
+
 def test_large_windows_are_not_unrolled():
     """A window past ``MAX_WINDOW`` elements: not ours (torch's decomposition, or an extern
     call where torch has none), still eager's answer."""

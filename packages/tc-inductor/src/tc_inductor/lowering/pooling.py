@@ -153,14 +153,18 @@ def _max_pool(n: int):
         if isinstance(x, Pointwise) and _loads(x) > 8:
             x = ctx.realize(x)
 
-        def value(index):
-            return _Window(x, params, shape, index).max()[0]
+        # one window walk per index, shared by the values and the indices: equal kernel-IR trees
+        # built twice compare structurally, which over the walk's chain of where(best > v, ...)
+        # (each step reads the last one twice) costs 2**window steps; the same objects compare at once
+        walks: dict = {}
 
-        def index(index):
-            return _Window(x, params, shape, index).max()[1]
+        def walk(index):
+            if index not in walks:
+                walks[index] = _Window(x, params, shape, index).max()
+            return walks[index]
 
-        return (Pointwise(shape, x.dtype, values_spec.device, value),
-                Pointwise(shape, torch.int64, indices_spec.device, index))
+        return (Pointwise(shape, x.dtype, values_spec.device, lambda index: walk(index)[0]),
+                Pointwise(shape, torch.int64, indices_spec.device, lambda index: walk(index)[1]))
 
     return lowering
 
