@@ -123,8 +123,15 @@ def _vector_norm_spec(spec: Any, x, ord=2, dim=None, keepdim=False, *, dtype=Non
 _SPEC_FIXES = {aten.linalg_vector_norm.default: _vector_norm_spec}
 
 
+# Torch decompositions that give other answers than eager's kernels, never used: max pooling's
+# (torch 2.13: a gather and ``max.dim``) returns the first NaN's index where eager returns the
+# last one's, a window of -inf its first element, not eager's, and contiguous results for
+# channels-last inputs. Windows too large for lowering/pooling.py run eager's kernel instead.
+WRONG_DECOMPOSITIONS = {aten.max_pool2d_with_indices.default, aten.max_pool3d_with_indices.default}
+
+
 def find_decomposition(target: Any) -> Callable | None:
-    if target in EXTERN_PREFERRED or not isinstance(target, torch._ops.OpOverload):
+    if target in EXTERN_PREFERRED or target in WRONG_DECOMPOSITIONS or not isinstance(target, torch._ops.OpOverload):
         return None
     return _lowering_table().get(target)
 

@@ -13,7 +13,8 @@ most ``prod(((k - 1) * dilation) // stride + 1)`` windows, so it fuses with the 
 around it (eager scatters, which cannot). The indices must be the forward's, as for eager's CUDA
 kernel and torch.compile's lowering: an index outside its window is not looked for.
 
-Windows of more than ``MAX_WINDOW`` elements decline (torch's decomposition, else an extern call).
+Windows of more than ``MAX_WINDOW`` elements decline: eager's kernel, as an extern call (the forward's torch
+decomposition is not used: ``decompositions.WRONG_DECOMPOSITIONS``).
 """
 
 from __future__ import annotations
