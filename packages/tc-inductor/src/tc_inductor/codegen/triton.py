@@ -871,8 +871,7 @@ class TritonBackend:
             shape = _BucketShape(meta["bucketed"])
             return BucketedLauncher(lambda config: self._launcher(kernel, _with_config(record, config), store),
                                     shape.reduction, lambda x, r: heuristic_config(shape, meta["interpret"], x, r))
-        key = _warmup_key(record)
-        future = _warmups.get(key)
+        future = _warmups.get(_warmup_key(record))
         # the compiled kernel, or None (failed, logged: the first launch then says why)
         return self._launcher(kernel, record, store, future.result() if future is not None else None, verify=True)
 
