@@ -113,14 +113,7 @@ def test_probe_of_a_plain_object_argument_is_guarded():
         scale = getattr(opts, "scale", None)
         return x if scale is None else x * scale
 
-    compiled = tc_capture.optimize(tc_capture.interpret_backend)(fn)
-    opts = Options()
-    x = torch.randn(3)
-    tree_close(fn(x, opts), compiled(x, opts))
-    opts.scale = 3.0
-    for _ in range(2):
-        x = torch.randn(3)
-        tree_close(fn(x, opts), compiled(x, opts))
+    _set_between_calls(fn, Options(), "scale", 3.0)
 
 
 def test_probe_of_an_object_with_its_own_getattribute_is_guarded():
@@ -131,14 +124,18 @@ def test_probe_of_an_object_with_its_own_getattribute_is_guarded():
     def fn(x, rec):
         return x + 1 if hasattr(rec, "shift") else x - 1
 
+    _set_between_calls(fn, Record(), "shift", 1)
+
+
+def _set_between_calls(fn, obj, name, value) -> None:
+    """``fn(x, obj)`` compiled against eager, before and (twice) after ``obj.name = value``."""
     compiled = tc_capture.optimize(tc_capture.interpret_backend)(fn)
-    rec = Record()
     x = torch.randn(3)
-    tree_close(fn(x, rec), compiled(x, rec))
-    rec.shift = 1
+    tree_close(fn(x, obj), compiled(x, obj))
+    setattr(obj, name, value)
     for _ in range(2):
         x = torch.randn(3)
-        tree_close(fn(x, rec), compiled(x, rec))
+        tree_close(fn(x, obj), compiled(x, obj))
 
 
 def test_a_method_replaced_on_the_instance_is_called():

@@ -268,7 +268,18 @@ def triton_compile_archive(data: bytes) -> dict:
 
 # ---- on the GPU ---------------------------------------------------------------------------------
 
-# the store script of test_kernel_artifacts (imports, a directory store), then Triton's key counted
+# a softmax and a pointwise kernel on CUDA, compiled with a directory store (the store script of
+# test_kernel_artifacts: imports, ``DirStore``), in a GPU test's subprocess
+GPU_GRAPH = """aten = torch.ops.aten
+g = tc_ir.Graph()
+x = g.input("x", tc_ir.TensorSpec((1000, 37), torch.float32, device=torch.device("cuda")))
+y = g.input("y", tc_ir.TensorSpec((1,), torch.float32, device=torch.device("cuda")))
+g.output((g.call(aten._softmax.default, g.call(aten.mul.Tensor, g.call(aten.sin.default, x), 1.2345), -1, False),
+          g.call(aten.add.Tensor, g.call(aten.cos.default, y), 1.0)))
+x, y = torch.randn(1000, 37, device="cuda"), torch.randn(1, device="cuda")
+k = tc_inductor.compile(g, [x, y], {"artifact_store": DirStore(sys.argv[1]), "cache": False, "fusion": False})
+"""
+# the store script, then Triton's key counted
 GPU_SCRIPT = SCRIPT.split("aten = torch.ops.aten")[0] + """
 import triton.compiler.compiler as compiler
 import triton.runtime.cache as cache
@@ -281,15 +292,7 @@ def counted(*args, **kwargs):
     return real_key(*args, **kwargs)
 compiler.get_cache_key = cache.get_cache_key = counted
 
-aten = torch.ops.aten
-g = tc_ir.Graph()
-x = g.input("x", tc_ir.TensorSpec((1000, 37), torch.float32, device=torch.device("cuda")))
-y = g.input("y", tc_ir.TensorSpec((1,), torch.float32, device=torch.device("cuda")))
-g.output((g.call(aten._softmax.default, g.call(aten.mul.Tensor, g.call(aten.sin.default, x), 1.2345), -1, False),
-          g.call(aten.add.Tensor, g.call(aten.cos.default, y), 1.0)))
-x, y = torch.randn(1000, 37, device="cuda"), torch.randn(1, device="cuda")
-k = tc_inductor.compile(g, [x, y], {"artifact_store": DirStore(sys.argv[1]), "cache": False, "fusion": False})
-paths = []
+""" + GPU_GRAPH + """paths = []
 for _ in range(3):
     x, y = torch.randn(1000, 37, device="cuda"), torch.randn(1, device="cuda")
     out = k(x, y)
@@ -301,20 +304,25 @@ print("keys", len(keys), "paths", paths[-1])
 """
 
 
-@pytest.mark.cuda
-def test_a_warm_process_loads_and_launches_without_tritons_cache_key(tmp_path):
+def run_gpu_script(script: str, store: Path, tc_cache: Path, triton_cache: Path, **env: str) -> str:
+    """``script``'s stdout, run in a fresh process (no interpreter) with these caches and store."""
     import os
     import subprocess
     import sys
 
+    env = {**os.environ, "TC_CACHE_DIR": str(tc_cache), "TRITON_CACHE_DIR": str(triton_cache),
+           "PYTHONPATH": os.pathsep.join(sys.path), **env}
+    env.pop("TRITON_INTERPRET", None)
+    result = subprocess.run([sys.executable, "-c", script, str(store)], env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@pytest.mark.cuda
+def test_a_warm_process_loads_and_launches_without_tritons_cache_key(tmp_path):
     def run(cache: str) -> str:
-        env = {**os.environ, "TC_CACHE_DIR": str(tmp_path / cache), "TRITON_CACHE_DIR": str(tmp_path / f"t{cache}"),
-               "PYTHONPATH": os.pathsep.join(sys.path)}
-        env.pop("TRITON_INTERPRET", None)
-        result = subprocess.run([sys.executable, "-c", GPU_SCRIPT, str(tmp_path / "store")], env=env,
-                                capture_output=True, text=True, timeout=300)
-        assert result.returncode == 0, result.stderr
-        return result.stdout
+        return run_gpu_script(GPU_SCRIPT, tmp_path / "store", tmp_path / cache, tmp_path / f"t{cache}")
 
     cold = run("A")  # compiled in the workers, loaded here
     assert "keys 0 " in cold and "_via_run" not in cold, cold
@@ -411,15 +419,7 @@ DirStore.contains = lambda self, kind, key: (self.root / kind / key).exists()
 from tc_inductor.codegen import build
 from tc_inductor.codegen.triton_launch import TritonLauncher, VerifiedLauncher
 
-aten = torch.ops.aten
-g = tc_ir.Graph()
-x = g.input("x", tc_ir.TensorSpec((1000, 37), torch.float32, device=torch.device("cuda")))
-y = g.input("y", tc_ir.TensorSpec((1,), torch.float32, device=torch.device("cuda")))
-g.output((g.call(aten._softmax.default, g.call(aten.mul.Tensor, g.call(aten.sin.default, x), 1.2345), -1, False),
-          g.call(aten.add.Tensor, g.call(aten.cos.default, y), 1.0)))
-x, y = torch.randn(1000, 37, device="cuda"), torch.randn(1, device="cuda")
-k = tc_inductor.compile(g, [x, y], {"artifact_store": DirStore(sys.argv[1]), "cache": False, "fusion": False})
-imported = []  # kernel modules imported in this process, after each call
+""" + GPU_GRAPH + """imported = []  # kernel modules imported in this process, after each call
 for misaligned in (False, False, True, False):
     x, y = torch.randn(1000, 37, device="cuda"), torch.randn(1, device="cuda")
     if misaligned:  # 4 bytes past a 16-byte boundary: the kernel was compiled for aligned pointers
@@ -436,28 +436,16 @@ print("kinds", kinds, "imported", imported)
 @pytest.mark.cuda
 def test_a_kernel_verified_in_an_earlier_process_is_launched_without_its_source(tmp_path):
     import ast
-    import os
-    import subprocess
-    import sys
 
-    def run(**env) -> str:
-        env = {**os.environ, "TC_CACHE_DIR": str(tmp_path / "tc"), "TRITON_CACHE_DIR": str(tmp_path / "triton"),
-               "PYTHONPATH": os.pathsep.join(sys.path), **env}
-        env.pop("TRITON_INTERPRET", None)
-        result = subprocess.run([sys.executable, "-c", VERIFIED_SCRIPT, str(tmp_path / "store")], env=env,
-                                capture_output=True, text=True, timeout=300)
-        assert result.returncode == 0, result.stderr
-        return result.stdout
+    def run(**env) -> tuple[list[str], list[int]]:
+        out = run_gpu_script(VERIFIED_SCRIPT, tmp_path / "store", tmp_path / "tc", tmp_path / "triton", **env)
+        kinds, imported = out.removeprefix("kinds ").split(" imported ")
+        return ast.literal_eval(kinds), ast.literal_eval(imported)
 
-    def launchers(out: str) -> set[str]:
-        return set(ast.literal_eval(out.split("kinds ")[1].split(" imported")[0]))
-
-    cold = run()  # compiled, launched, compared with Triton's launch: recorded
-    n = len(ast.literal_eval(cold.split("kinds ")[1].split(" imported")[0]))
-    assert launchers(cold) == {"TritonLauncher"} and len(list((tmp_path / "store" / "triton_verified").iterdir())) == n
-    warm = run()  # loaded as recorded: no kernel module imported until the misaligned call needs run
-    imported = ast.literal_eval(warm.split("imported ")[1])
+    kinds, _ = run()  # compiled, launched, compared with Triton's launch: recorded
+    assert set(kinds) == {"TritonLauncher"} and len(list((tmp_path / "store" / "triton_verified").iterdir())) == len(kinds)
+    kinds, imported = run()  # loaded as recorded: no kernel module imported until the misaligned call needs run
     # the misaligned call imports each kernel that reads x (the softmax's recompute it too)
-    assert launchers(warm) == {"VerifiedLauncher"} and imported[:2] == [0, 0] and imported[2] > 0, warm
-    debug = run(TRITON_DEBUG="1")  # another compile option: loaded as usual, compared again
-    assert launchers(debug) == {"TritonLauncher"}, debug
+    assert set(kinds) == {"VerifiedLauncher"} and imported[:2] == [0, 0] and imported[2] > 0, (kinds, imported)
+    kinds, _ = run(TRITON_DEBUG="1")  # another compile option: loaded as usual, compared again
+    assert set(kinds) == {"TritonLauncher"}, kinds

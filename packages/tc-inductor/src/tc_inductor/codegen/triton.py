@@ -1138,8 +1138,9 @@ def _start_verified(record: dict, store: Any) -> bool:
     if not _contains(store, "triton_verified", key):
         return False
     with _modules_lock:
-        if _warmup_key(record) not in _verified:
-            _verified[_warmup_key(record)] = build.workers().submit(_load_verified, record, store, key)
+        warmup_key = _warmup_key(record)
+        if warmup_key not in _verified:
+            _verified[warmup_key] = build.workers().submit(_load_verified, record, store, key)
     return True
 
 
@@ -1160,7 +1161,7 @@ def _load_verified(record: dict, store: Any, key: str) -> VerifiedLauncher | Non
                                           driver.active.get_current_stream, device, knobs.runtime)
         if launch is None:
             raise triton_load.LoadError("tc's C launcher cannot launch it")
-        return VerifiedLauncher(launch, fallback)
+        return VerifiedLauncher(launch)
     except Exception as e:  # loaded as usual: import, load, compare at the first launch
         _log.info("Triton kernel %s not loaded as recorded (%s: %s)", key, type(e).__name__, e)
         return None

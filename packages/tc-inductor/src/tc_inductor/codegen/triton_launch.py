@@ -192,12 +192,12 @@ class VerifiedLauncher:
     """``launcher(grid0, *pointers_and_ints)`` of a kernel that an earlier process loaded, launched
     and compared (``TritonLauncher._first``), loaded now by ``triton_load.load_verified``:
     ``launch`` is tc's C launcher from the first launch on. What it hands back (a launch hook
-    set, a pointer not 16-byte aligned, an int past its type) goes to ``fallback``: a
-    ``TritonLauncher`` through ``JITFunction.run``, made (the kernel's module imported) when
-    first needed."""
+    set, a pointer not 16-byte aligned, an int past its type) goes to the fallback the C launcher
+    was made with: ``JITFunction.run``, the kernel's module imported when first needed
+    (``triton._RunLater``)."""
 
-    def __init__(self, launch: Any, fallback: Any):
-        self.launch, self.fallback = launch, fallback
+    def __init__(self, launch: Any):
+        self.launch = launch
 
     def __call__(self, grid0: int, *args: Any) -> None:
         self.launch(grid0, *args)
