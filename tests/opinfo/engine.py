@@ -50,7 +50,8 @@ NONDETERMINISTIC = {
 # Ops with some such outputs (positions among the flattened outputs, which lead a backward's
 # values too): only those are compared by shape and dtype. _efficient_attention_forward's philox
 # seed and offset are drawn (uninitialised when dropout is 0).
-NONDETERMINISTIC_OUTPUTS = {"torch.ops.aten._efficient_attention_forward": frozenset({2, 3})}
+NONDETERMINISTIC_OUTPUTS = {"torch.ops.aten._efficient_attention_forward": frozenset({2, 3}),
+                            "torch.ops.aten._flash_attention_forward": frozenset({2, 3})}  # philox seed, offset
 TOL = {torch.float32: (1e-4, 1e-4), torch.float64: (1e-7, 1e-7), torch.float16: (1e-2, 1e-2),
        torch.bfloat16: (2e-2, 2e-2), torch.complex64: (1e-4, 1e-4), torch.complex128: (1e-7, 1e-7)}
 
@@ -365,15 +366,15 @@ def second_dtype(op: Any, device: str) -> torch.dtype | None:
 
 
 def sweep_op(op: Any, *, paths=("inductor", "tc"), device="cpu", samples=4, options=None,
-             second=True, errors=True) -> list[SampleOutcome]:
-    """Every outcome of one OpInfo: float32 forward and backward on each path, forward in a
-    second dtype (first two samples) through ``tc.compile``, and the OpInfo's error inputs
-    (eager raises: tc must raise too) on each path."""
+             second=True, errors=True, dtype=torch.float32) -> list[SampleOutcome]:
+    """Every outcome of one OpInfo: forward and backward in ``dtype`` (float32 unless asked) on
+    each path, forward in a second dtype (first two samples) through ``tc.compile``, and the
+    OpInfo's error inputs (eager raises: tc must raise too) on each path."""
     options = dict(options or {})
     results: list[SampleOutcome] = []
-    plans = [(torch.float32, "fwd", paths, samples)]
-    if op.supports_autograd:
-        plans.append((torch.float32, "bwd", paths, samples))
+    plans = [(dtype, "fwd", paths, samples)]
+    if op.supports_autograd and (dtype.is_floating_point or dtype.is_complex):
+        plans.append((dtype, "bwd", paths, samples))
     other = second_dtype(op, device) if second else None
     if other is not None and "tc" in paths:
         plans.append((other, "fwd", ("tc",), min(samples, 2) if samples else 2))

@@ -43,11 +43,14 @@ def worker(args: argparse.Namespace) -> None:
     warnings.simplefilter("ignore")
     table = engine.op_table()
     options = {"backend": args.backend} if args.backend != "auto" else {}
+    dtype = getattr(__import__("torch"), args.dtype)
+    if args.pointwise_config:
+        _force_pointwise_config(*map(int, args.pointwise_config.split(",")))
     for line in sys.stdin:
         name = line.strip()
         try:
             results = engine.sweep_op(table[name], device=args.device, samples=args.samples, options=options,
-                                      paths=tuple(args.paths.split(",")))
+                                      paths=tuple(args.paths.split(",")), dtype=dtype)
         except Exception as e:  # a bug of the harness: counted against the op, never hidden
             results = [engine.SampleOutcome("-", "-", "-", -1, "crash", f"harness: {type(e).__name__}: {e}")]
         for r in results:
@@ -56,6 +59,21 @@ def worker(args: argparse.Namespace) -> None:
             print(json.dumps({"done": name, "restart": True}), flush=True)
             return
         print(json.dumps({"done": name}), flush=True)
+
+
+def _force_pointwise_config(xblock: int, warps: int) -> None:
+    """Every pointwise Triton kernel at one block size and warp count, whatever its size: a
+    sweep of the code Triton generates at a config tc would otherwise pick only for some dtypes
+    (benchmarks/NOTES.md §28: a gather miscompiled at 16 elements a thread)."""
+    from tc_inductor.codegen import triton as triton_codegen
+
+    chosen = triton_codegen.heuristic_config
+
+    def forced(kernel, interpret, xnumel=None, rnumel=None):
+        config = chosen(kernel, interpret, xnumel, rnumel)
+        return config if kernel.is_reduction else {"XBLOCK": xblock, "num_warps": warps}
+
+    triton_codegen.heuristic_config = forced
 
 
 def _device_usable(device: str) -> bool:
@@ -79,7 +97,8 @@ class Pool:
     def __init__(self, args: argparse.Namespace):
         self.args = args
         self.cmd = [sys.executable, str(HERE / "run.py"), "--worker", "--device", args.device,
-                    "--samples", str(args.samples), "--backend", args.backend, "--paths", args.paths]
+                    "--samples", str(args.samples), "--backend", args.backend, "--paths", args.paths,
+                    "--dtype", args.dtype, "--pointwise-config", args.pointwise_config]
         self.lock = threading.Lock()
 
     def start(self) -> subprocess.Popen:
@@ -200,6 +219,8 @@ def main() -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--backend", default="auto", help="tc_inductor's backend option: auto, cpp, triton")
     p.add_argument("--paths", default="inductor,tc")
+    p.add_argument("--dtype", default="float32", help="the dtype of the forward and backward phases")
+    p.add_argument("--pointwise-config", default="", help="XBLOCK,num_warps for every pointwise Triton kernel")
     p.add_argument("--samples", type=int, default=4, help="samples per op and dtype (0: all)")
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) // 2))
     p.add_argument("--timeout", type=float, default=600)
@@ -221,7 +242,8 @@ def main() -> None:
                 print(record, flush=True)
 
         Pool(args).run(names, emit)
-    print(f"\nOpInfo sweep: {len(names)} ops, device {args.device}, backend {args.backend}, "
+    forced = f", pointwise config {args.pointwise_config}" if args.pointwise_config else ""
+    print(f"\nOpInfo sweep: {len(names)} ops, device {args.device}, backend {args.backend}, {args.dtype}{forced}, "
           f"{args.samples or 'all'} samples per op and dtype, {time.time() - start:.0f} s\n")
     print(summarize(records, args.paths.split(",")))
     print("\nOps that did not pass (worst sample):")

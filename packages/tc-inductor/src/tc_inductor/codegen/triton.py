@@ -689,8 +689,9 @@ def heuristic_config(kernel: kir.Kernel, interpret: bool, xnumel: int | None = N
                      rnumel: int | None = None) -> dict:
     """One block-size config per kernel (max_autotune tries several instead).
 
-    Pointwise: 32 bytes of the narrowest buffer per thread at 4 warps (two 16-byte vector
-    accesses in flight), so 2-byte dtypes get twice the elements of fp32. Persistent
+    Pointwise: 32 bytes of the narrowest buffer per thread at 4 warps, but never more than 8
+    elements a thread: Triton 3.6 compiled a gather wrong at 16 elements a thread and right at 8
+    and 32 (benchmarks/NOTES.md §28), and 16 bf16 a thread ran slower than 8 (§8). Persistent
     reductions: tiles of up to 4096 elements (a whole row up to 8192), a warp per 512.
     ``xnumel`` / ``rnumel``: a size bucket's sizes, for kernels over symbolic sizes
     (:class:`BucketedLauncher`); looped reductions then size their tile by the row's bucket.
@@ -698,7 +699,7 @@ def heuristic_config(kernel: kir.Kernel, interpret: bool, xnumel: int | None = N
     xnumel = _known(_static_numel(kernel.xranges), xnumel)
     if not kernel.is_reduction:
         width = min((dt.itemsize for _, dt in kernel.inputs + kernel.outputs), default=4)
-        block = min(next_pow2(xnumel), 4096 if interpret else 128 * 32 // width)
+        block = min(next_pow2(xnumel), 4096 if interpret else 128 * min(8, 32 // width))
         return {"XBLOCK": max(block, 16), "num_warps": 4 if block >= 512 else 2}
     bucketed = _static_numel(kernel.rranges) is None and rnumel is not None
     rnumel = _known(_static_numel(kernel.rranges), rnumel)

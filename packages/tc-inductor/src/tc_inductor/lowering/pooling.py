@@ -13,8 +13,9 @@ most ``prod(((k - 1) * dilation) // stride + 1)`` windows, so it fuses with the 
 around it (eager scatters, which cannot). The indices must be the forward's, as for eager's CUDA
 kernel and torch.compile's lowering: an index outside its window is not looked for.
 
-On CUDA the backward declines (eager's kernel): Triton 3.6 miscompiled its gather at some
-configs (``_max_pool_backward``). Windows of more than ``MAX_WINDOW`` elements decline: eager's
+Its window indices divide by the stride: Triton 3.6 miscompiled ``(1 + x) // 2`` here at 16
+elements a thread, so Triton kernels divide by powers of two with a shift (``codegen.common``).
+Windows of more than ``MAX_WINDOW`` elements decline: eager's
 kernel, as an extern call (the forward's torch decomposition is not used:
 ``decompositions.WRONG_DECOMPOSITIONS``).
 """
@@ -196,12 +197,6 @@ def _max_pool_backward(n: int):
         if math.prod(counts) > MAX_WINDOW:
             raise Unsupported(f"{math.prod(counts)} windows can hold one input element")
         spec, (_, stride_, padding_, _) = ctx.spec, params
-        if torch.device(spec.device).type == "cuda":
-            # Triton 3.6 on the H100 compiled this gather wrong at 16 elements a thread (XBLOCK
-            # 2048 at 4 warps, our bf16 config; 512 at 1): 188 of 13,440 gradients wrong, for
-            # float32 too; right at 4, 8, 32 and 64 and under the interpreter (benchmarks/NOTES.md
-            # §27). Until that is understood, eager's CUDA kernel.
-            raise Unsupported("max pooling's backward on CUDA (a Triton miscompile of its gather)")
         in_sizes, out_sizes = x.shape[x.ndim - n:], grad_output.shape[grad_output.ndim - n:]
         compute = kir.compute_dtype(spec.dtype)
 
