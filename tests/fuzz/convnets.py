@@ -10,7 +10,9 @@ pooling (``ceil_mode``, ``count_include_pad``), a residual 3x3 convolution, a fl
 run is an instance of one class, so later nets meet ``forward``'s cache with other weight shapes:
 automatic dynamic makes them symbols, as two blocks of one class with different kernels would.
 The layout around the convolutions is forced (``conv_layout``), so the channels-last path runs
-on the CPU too.
+on the CPU too. ``TC_FUZZ_DEVICE=cuda`` runs the nets on a GPU (Triton kernels; TF32 off, so
+eager and tc compute the convolutions alike), ``TC_TEST_POINTWISE_CONFIG`` forces one block size
+(tests/forced_configs.py).
 
     python tests/fuzz/convnets.py 300                     # seeds 0..299, conv_layout "always"
     python tests/fuzz/convnets.py 300 --start 1000 --layout never
@@ -19,6 +21,7 @@ on the CPU too.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 import time
@@ -30,7 +33,11 @@ from torch import nn
 
 import tc
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from forced_configs import force_pointwise_config  # noqa: E402
+
 TOL = dict(atol=1e-4, rtol=1e-4)
+DEVICE = torch.device(os.environ.get("TC_FUZZ_DEVICE", "cpu"))
 
 
 class Net(nn.Module):
@@ -87,11 +94,12 @@ def run(seed: int, layout: str = "always") -> str:
     net = Net(r)
     ref = Net(random.Random(seed))
     ref.load_state_dict(net.state_dict())
+    net.to(DEVICE), ref.to(DEVICE)
     training = r.random() < 0.7
     net.train(training), ref.train(training)
     compiled = tc.compile(net, options={"conv_layout": layout})
     for height in (r.choice([9, 12, 16]), r.choice([9, 12, 16])):
-        x = torch.randn(2, net.channels, height, 12)
+        x = torch.randn(2, net.channels, height, 12).to(DEVICE)
         xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
         try:
             want = ref(xb)
@@ -128,6 +136,8 @@ def main() -> int:
     parser.add_argument("--start", type=int, default=0)
     parser.add_argument("--layout", default="always", choices=["always", "never", "auto"])
     args = parser.parse_args()
+    force_pointwise_config()
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     counts: dict[str, int] = {}
     t0 = time.perf_counter()
     for seed in range(args.start, args.start + args.n):

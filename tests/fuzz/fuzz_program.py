@@ -17,6 +17,7 @@ from __future__ import annotations
 import linecache
 import os
 import random
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -359,8 +360,13 @@ def random_program(seed: int, grad: bool | None = None) -> Program:
     return Builder(lambda options: rng.choice(list(options)), grad).build(seed)
 
 
-# Where the programs run: "cpu" (C++ kernels; CI) or "cuda" on a GPU host (Triton kernels).
+# Where the programs run: "cpu" (C++ kernels; CI) or "cuda" on a GPU host (Triton kernels),
+# with every pointwise kernel at one config when TC_TEST_POINTWISE_CONFIG says (forced_configs.py).
 DEVICE = torch.device(os.environ.get("TC_FUZZ_DEVICE", "cpu"))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from forced_configs import force_pointwise_config  # noqa: E402
+
+force_pointwise_config()
 
 
 def example_inputs(program: Program, seed: int) -> list[torch.Tensor]:

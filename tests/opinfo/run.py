@@ -27,7 +27,9 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
 
+from forced_configs import ENV as POINTWISE_ENV, force_pointwise_config  # noqa: E402
 from slices import FAST, TRITON  # noqa: E402
 
 COLUMNS = ("ops", "samples", "pass", "fallback", "mismatch", "crash")
@@ -44,8 +46,7 @@ def worker(args: argparse.Namespace) -> None:
     table = engine.op_table()
     options = {"backend": args.backend} if args.backend != "auto" else {}
     dtype = getattr(__import__("torch"), args.dtype)
-    if args.pointwise_config:
-        _force_pointwise_config(*map(int, args.pointwise_config.split(",")))
+    force_pointwise_config(args.pointwise_config)
     for line in sys.stdin:
         name = line.strip()
         try:
@@ -59,21 +60,6 @@ def worker(args: argparse.Namespace) -> None:
             print(json.dumps({"done": name, "restart": True}), flush=True)
             return
         print(json.dumps({"done": name}), flush=True)
-
-
-def _force_pointwise_config(xblock: int, warps: int) -> None:
-    """Every pointwise Triton kernel at one block size and warp count, whatever its size: a
-    sweep of the code Triton generates at a config tc would otherwise pick only for some dtypes
-    (benchmarks/NOTES.md §28: a gather miscompiled at 16 elements a thread)."""
-    from tc_inductor.codegen import triton as triton_codegen
-
-    chosen = triton_codegen.heuristic_config
-
-    def forced(kernel, interpret, xnumel=None, rnumel=None):
-        config = chosen(kernel, interpret, xnumel, rnumel)
-        return config if kernel.is_reduction else {"XBLOCK": xblock, "num_warps": warps}
-
-    triton_codegen.heuristic_config = forced
 
 
 def _device_usable(device: str) -> bool:
@@ -220,7 +206,7 @@ def main() -> None:
     p.add_argument("--backend", default="auto", help="tc_inductor's backend option: auto, cpp, triton")
     p.add_argument("--paths", default="inductor,tc")
     p.add_argument("--dtype", default="float32", help="the dtype of the forward and backward phases")
-    p.add_argument("--pointwise-config", default="", help="XBLOCK,num_warps for every pointwise Triton kernel")
+    p.add_argument("--pointwise-config", default=os.environ.get(POINTWISE_ENV, ""), help="XBLOCK,num_warps for every pointwise Triton kernel (tests/forced_configs.py)")
     p.add_argument("--samples", type=int, default=4, help="samples per op and dtype (0: all)")
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) // 2))
     p.add_argument("--timeout", type=float, default=600)
