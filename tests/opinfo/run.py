@@ -41,11 +41,12 @@ def worker(args: argparse.Namespace) -> None:
 
     import attrs
     import engine
+    import torch
 
     warnings.simplefilter("ignore")
     table = engine.op_table()
     options = {"backend": args.backend} if args.backend != "auto" else {}
-    dtype = getattr(__import__("torch"), args.dtype)
+    dtype = getattr(torch, args.dtype)
     force_pointwise_config(args.pointwise_config)
     for line in sys.stdin:
         name = line.strip()
@@ -206,7 +207,8 @@ def main() -> None:
     p.add_argument("--backend", default="auto", help="tc_inductor's backend option: auto, cpp, triton")
     p.add_argument("--paths", default="inductor,tc")
     p.add_argument("--dtype", default="float32", help="the dtype of the forward and backward phases")
-    p.add_argument("--pointwise-config", default=os.environ.get(POINTWISE_ENV, ""), help="XBLOCK,num_warps for every pointwise Triton kernel (tests/forced_configs.py)")
+    p.add_argument("--pointwise-config", default=os.environ.get(POINTWISE_ENV, ""),
+                   help="XBLOCK,num_warps for every pointwise Triton kernel (tests/forced_configs.py)")
     p.add_argument("--samples", type=int, default=4, help="samples per op and dtype (0: all)")
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) // 2))
     p.add_argument("--timeout", type=float, default=600)

@@ -62,14 +62,12 @@ def _divide(a: str, den: sympy.Expr, names: dict[str, str], dialect: str) -> str
     thread (a gather of max pooling's backward: 759 of 67,200 gradients wrong at XBLOCK 2048 and
     4 warps, right at 8 and 32 elements a thread; the same kernel with ``>> 1`` right at every
     config, benchmarks/NOTES.md §28)."""
-    den = sympy.sympify(den)
     if _is_shift(den, dialect):
         return f"({a} >> {int(den).bit_length() - 1})"
     return f"({a} {_DIVIDE[dialect]} {print_index(den, names, dialect)})"
 
 
 def _is_shift(den: sympy.Expr, dialect: str) -> bool:
-    den = sympy.sympify(den)
     return dialect == "tl" and den.is_Integer and int(den) > 1 and int(den) & (int(den) - 1) == 0
 
 

@@ -157,9 +157,7 @@ def _max_pool(n: int):
         if isinstance(x, Pointwise) and _loads(x) > 8:
             x = ctx.realize(x)
 
-        # one window walk per index, shared by the values and the indices: equal kernel-IR trees
-        # built twice compare structurally, which over the walk's chain of where(best > v, ...)
-        # (each step reads the last one twice) costs 2**window steps; the same objects compare at once
+        # one window walk per index, shared by the values and the indices (built once, not twice)
         walks: dict = {}
 
         def walk(index):
