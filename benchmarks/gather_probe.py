@@ -1,10 +1,11 @@
 """Probe of the Triton 3.6 miscompile of max pooling's backward gather (NOTES §27, §28).
 
-Compiles tc's Triton kernel for the backward of a bf16 channels-last max pooling (k3 s2 p1, the
-failing case), then launches its source by hand at a grid of (XBLOCK, num_warps) and in text
-variants, counting gradients that differ from a float64 reference built from the indices. tc
-now divides by powers of two with a shift; the ``sdiv`` variants put back the ``// 2`` that
-Triton 3.6 miscompiled at 16 elements a thread.
+Generates tc's Triton kernel for the backward of a bf16 channels-last max pooling (k3 s2 p1, the
+failing case; the source is made for CPU tensors, since on CUDA the lowering declines), then
+launches it on the GPU by hand at a grid of (XBLOCK, num_warps) and in text variants, counting
+gradients that differ from a float64 reference built from the indices. On the H200 (2026-12-01)
+the generated ``(1 + x) // 2`` was wrong at exactly 16 elements a thread; ``>> 1``, int64
+indices and ptxas at ``-O0`` were right.
 
     python benchmarks/gather_probe.py            # on the GPU host
 
@@ -21,19 +22,18 @@ import sys
 import tempfile
 
 CONFIGS = [(256, 1), (512, 1), (1024, 1), (1024, 2), (1024, 4), (2048, 4), (4096, 4), (2048, 8), (4096, 8)]
-def _sdiv(src: str) -> str:
-    return src.replace(">> 1)", "// 2)")
+def _int64_index(src: str) -> str:
+    return src.replace("xindex = xoffset + tl.arange(0, XBLOCK)", "xindex = xoffset + tl.arange(0, XBLOCK).to(tl.int64)")
 
 
 VARIANTS = {
     "generated": lambda s: s,
-    "sdiv": _sdiv,
-    "sdiv_int64_index": lambda s: _sdiv(s).replace("xindex = xoffset + tl.arange(0, XBLOCK)",
-                                                   "xindex = xoffset + tl.arange(0, XBLOCK).to(tl.int64)"),
+    "shift": lambda s: s.replace("// 2)", ">> 1)"),
+    "int64_index": _int64_index,
 }
 
 
-def kernel_source(device: str = "cuda") -> tuple[str, dict]:
+def kernel_source(device: str = "cpu") -> tuple[str, dict]:
     import operator  # noqa: F401
 
     import torch
@@ -103,8 +103,8 @@ def main() -> None:
     if out:
         open(os.path.join(out, "pool_backward_kernel.py"), "w").write(src)
     sixteen = [(512, 1), (2048, 4)]
-    plans = [("generated", CONFIGS, {}), ("sdiv", CONFIGS, {}), ("sdiv_int64_index", sixteen, {}),
-             ("sdiv", sixteen, {"DISABLE_PTXAS_OPT": "1"})]
+    plans = [("generated", CONFIGS, {}), ("shift", CONFIGS, {}), ("int64_index", sixteen, {}),
+             ("generated", sixteen, {"DISABLE_PTXAS_OPT": "1"})]
     for variant, configs, env in plans:
         r = subprocess.run([sys.executable, __file__, "--child", variant, path, *(f"{x},{w}" for x, w in configs)],
                            capture_output=True, text=True, env={**os.environ, **env}, timeout=300)

@@ -338,10 +338,12 @@ def test_training_ties_and_nan():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("config", [(3, 2, 1, 1, False), (3, 1, 1, 2, True), (2, 2, 0, 1, True)], ids=_id)
 def test_cuda(dtype, config):
-    """Triton kernels on the GPU against eager's CUDA kernels: NCHW, channels-last, NaN and ties."""
+    """Triton kernels on the GPU against eager's CUDA kernels: NCHW, channels-last, NaN and ties.
+    (3, 2, 1, 1) in bfloat16 is the config whose backward Triton 3.6 compiled wrong."""
     op, args = aten.max_pool2d_with_indices.default, _pool_args(config)
     special = _special((4, 16, 15, 14), dtype)
-    _check_forward(lambda: special().cuda(), op, args, "triton", dtype)
+    # the forward is ours; the backward eager's kernel on CUDA (pooling.py: a Triton miscompile)
+    _ours(_check_forward(lambda: special().cuda(), op, args, "triton", dtype, ours=False))
     x = special().cuda().contiguous(memory_format=torch.channels_last)
     compiled = tc_inductor.compile(_forward_graph(x, op, args), [x], _opts("triton"))
     _ours(compiled)
@@ -354,20 +356,4 @@ def test_cuda(dtype, config):
         _assert_same(got, (nhwc[0], nchw[1].contiguous(memory_format=torch.channels_last)), dtype)
         finite = nhwc[0] != -INF
         assert torch.equal(nhwc[1][finite], nchw[1][finite])
-    _check_backward(fresh, got[1], op, args, "triton", dtype)
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("block", [(512, 1), (1024, 2), (1024, 4), (2048, 4), (4096, 8)], ids=str)
-def test_cuda_backward_at_every_block_size(block, monkeypatch):
-    """The backward's gather at 8 and 16 elements a thread: with ``(1 + x) // 2`` in its window
-    indices, Triton 3.6 compiled it wrong at exactly 16 (759 of 67,200 bf16 gradients on the
-    H200, benchmarks/NOTES.md §28); tc divides by powers of two with a shift."""
-    from tc_inductor.codegen import triton as triton_codegen
-
-    chosen = triton_codegen.heuristic_config
-    monkeypatch.setattr(triton_codegen, "heuristic_config", lambda kernel, *a: chosen(kernel, *a)
-                        if kernel.is_reduction else {"XBLOCK": block[0], "num_warps": block[1]})
-    op, args = aten.max_pool2d_with_indices.default, _pool_args((3, 2, 1, 1, False))
-    x = torch.randn(4, 16, 15, 14, dtype=torch.bfloat16, device="cuda").contiguous(memory_format=torch.channels_last)
-    _check_backward(x, op(x, *args)[1], op, args, "triton", torch.bfloat16)
+    _check_backward(fresh, got[1], op, args, "triton", dtype, ours=False)

@@ -30,7 +30,8 @@ def print_index(expr: sympy.Expr, names: dict[str, str], dialect: str = "/") -> 
     if expr.is_Symbol:
         return names.get(expr.name, expr.name)
     if isinstance(expr, FloorDiv):  # of a non-negative index (its contract): every dialect agrees
-        return _divide(print_index(expr.args[0], names, dialect), expr.args[1], names, dialect)
+        a, b = (print_index(x, names, dialect) for x in expr.args)
+        return f"({a} {_DIVIDE[dialect]} {b})"
     if isinstance(expr, (ModIndex, sympy.Mod)):  # sizes and indices are non-negative: C's % is Python's
         a, b = (print_index(x, names, dialect) for x in expr.args)
         return f"({a} % {b})"
@@ -39,8 +40,8 @@ def print_index(expr: sympy.Expr, names: dict[str, str], dialect: str = "/") -> 
         if isinstance(expr, sympy.ceiling):
             num = num + den - 1
         a, b = print_index(num, names, dialect), print_index(den, names, dialect)
-        if (num.is_nonnegative and den.is_positive) or dialect == "//" or _is_shift(den, dialect):
-            return _divide(a, den, names, dialect)
+        if (num.is_nonnegative and den.is_positive) or dialect == "//":
+            return f"({a} {_DIVIDE[dialect]} {b})"
         return _EXACT_FLOOR[dialect].format(a=a, b=b)
     if isinstance(expr, (sympy.Max, sympy.Min)):  # contiguous strides of a size only known >= 0: Max(1, s - 2)
         return _print_minmax(expr, [print_index(a, names, dialect) for a in expr.args], dialect)
@@ -52,23 +53,6 @@ def print_index(expr: sympy.Expr, names: dict[str, str], dialect: str = "/") -> 
         base = print_index(expr.base, names, dialect)
         return "(" + " * ".join([base] * int(expr.exp)) + ")"
     raise NotImplementedError(f"cannot print index {expr}")
-
-
-def _divide(a: str, den: sympy.Expr, names: dict[str, str], dialect: str) -> str:
-    """``a`` (non-negative, or the wrapper's Python) divided by ``den``, rounded down.
-
-    In Triton a division by a power of two is a shift (exact floor division for any sign): on
-    the H200 and H100, Triton 3.6 compiled ``(1 + x) // 2`` wrong at exactly 16 elements a
-    thread (a gather of max pooling's backward: 759 of 67,200 gradients wrong at XBLOCK 2048 and
-    4 warps, right at 8 and 32 elements a thread; the same kernel with ``>> 1`` right at every
-    config, benchmarks/NOTES.md §28)."""
-    if _is_shift(den, dialect):
-        return f"({a} >> {int(den).bit_length() - 1})"
-    return f"({a} {_DIVIDE[dialect]} {print_index(den, names, dialect)})"
-
-
-def _is_shift(den: sympy.Expr, dialect: str) -> bool:
-    return dialect == "tl" and den.is_Integer and int(den) > 1 and int(den) & (int(den) - 1) == 0
 
 
 _DIVIDE = {"/": "/", "//": "//", "tl": "//"}
