@@ -133,7 +133,8 @@ def run(seed: int, layout: str = "always") -> str:
             got.backward(grad), want.backward(grad)
             torch.testing.assert_close(xa.grad, xb.grad, **TOL)
             for (name, p), q in zip(net.named_parameters(), ref.parameters()):
-                torch.testing.assert_close(p.grad, q.grad, atol=2e-4, rtol=2e-4, equal_nan=True, msg=lambda m, n=name: f"{n}: {m}")
+                torch.testing.assert_close(p.grad, q.grad, atol=2e-4, rtol=2e-4, equal_nan=True,
+                                           msg=lambda m, n=name: f"{n}: {m}")
             for a, b in zip(net.buffers(), ref.buffers()):
                 torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5, equal_nan=True)
             storages = [p.grad.untyped_storage().data_ptr() for p in net.parameters() if p.grad is not None]

@@ -29,7 +29,8 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from forced_configs import ENV as POINTWISE_ENV, force_pointwise_config  # noqa: E402
+from forced_configs import ENV as POINTWISE_ENV  # noqa: E402
+from forced_configs import force_pointwise_config  # noqa: E402
 from slices import FAST, TRITON  # noqa: E402
 
 COLUMNS = ("ops", "samples", "pass", "fallback", "mismatch", "crash")
