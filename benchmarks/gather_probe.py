@@ -34,8 +34,6 @@ VARIANTS = {
 
 
 def kernel_source(device: str = "cpu") -> tuple[str, dict]:
-    import operator  # noqa: F401
-
     import torch
 
     import tc_inductor
