@@ -41,7 +41,8 @@ TL = {
 }
 PERSISTENT_MAX = 1024  # longest row a persistent reduction holds in one tile (interpreter)
 COLUMN_RBLOCK = 64  # rows a step of a column reduction (is_columnar)
-PERSISTENT_MAX_GPU = 8192  # on a GPU: a 4096-wide fp32 row is 16 values a thread at 8 warps
+PERSISTENT_MAX_GPU = 4096  # on a GPU: 8 values a thread at 16 warps (longer rows loop: §29)
+MAX_ELEMENTS_A_THREAD = 8  # 16 is where Triton 3.6's ptxas miscompiled (benchmarks/NOTES.md §28)
 INT32_LIMIT = 2**31 - 2**20  # index math in int32 when every offset stays below this
 
 # unary ops: (expression on GPU, expression under the interpreter, which lacks libdevice)
@@ -692,14 +693,15 @@ def heuristic_config(kernel: kir.Kernel, interpret: bool, xnumel: int | None = N
     Pointwise: 32 bytes of the narrowest buffer per thread at 4 warps, but never more than 8
     elements a thread: Triton 3.6 compiled a gather wrong at 16 elements a thread and right at 8
     and 32 (benchmarks/NOTES.md §28), and 16 bf16 a thread ran slower than 8 (§8). Persistent
-    reductions: tiles of up to 4096 elements (a whole row up to 8192), a warp per 512.
+    reductions: tiles of up to 4096 elements (a whole row of up to 4096), a warp per 256, so that
+    they too run at most 8 elements a thread (§29).
     ``xnumel`` / ``rnumel``: a size bucket's sizes, for kernels over symbolic sizes
     (:class:`BucketedLauncher`); looped reductions then size their tile by the row's bucket.
     """
     xnumel = _known(_static_numel(kernel.xranges), xnumel)
     if not kernel.is_reduction:
         width = min((dt.itemsize for _, dt in kernel.inputs + kernel.outputs), default=4)
-        block = min(next_pow2(xnumel), 4096 if interpret else 128 * min(8, 32 // width))
+        block = min(next_pow2(xnumel), 4096 if interpret else 128 * min(MAX_ELEMENTS_A_THREAD, 32 // width))
         return {"XBLOCK": max(block, 16), "num_warps": 4 if block >= 512 else 2}
     bucketed = _static_numel(kernel.rranges) is None and rnumel is not None
     rnumel = _known(_static_numel(kernel.rranges), rnumel)
@@ -712,7 +714,8 @@ def heuristic_config(kernel: kir.Kernel, interpret: bool, xnumel: int | None = N
         rblock = max(next_pow2(min(rnumel, 2048) if bucketed else rnumel), 2)  # persistent: the whole row
         budget = (1 << 15) if interpret else 4096
         xblock = max(1, min(next_pow2(xnumel), budget // rblock, 64 if not interpret else 1 << 12))
-        return {"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": min(16, max(2, xblock * rblock // 512))}
+        warps = min(16, max(2, xblock * rblock // (32 * MAX_ELEMENTS_A_THREAD)))
+        return {"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": warps}
     return {"XBLOCK": 1, "RBLOCK": 2048, "num_warps": 8}
 
 
@@ -780,17 +783,21 @@ def _with_config(record: dict, config: dict) -> dict:
     return {**record, "meta": {**record["meta"], "config": config}}
 
 
+def _elements_a_thread(config: dict) -> int:
+    return config["XBLOCK"] * config.get("RBLOCK", 1) // (32 * config["num_warps"])
+
+
 def autotune_configs(kernel: kir.Kernel) -> list[dict]:
+    """The configs max-autotune times: tc's own first, then others of at most 8 elements a thread."""
     if not kernel.is_reduction:
-        return [{"XBLOCK": b, "num_warps": w} for b in (256, 512, 1024, 2048) for w in (4, 8)]
+        candidates = [{"XBLOCK": b, "num_warps": w} for b in (256, 512, 1024, 2048) for w in (4, 8)]
+        return [c for c in candidates if _elements_a_thread(c) <= MAX_ELEMENTS_A_THREAD]
     base = heuristic_config(kernel, False)
     rblock = base["RBLOCK"]
-    configs = [base]
-    for xblock in (1, 2, 4, 8, 16, 32):
-        for warps in (2, 4, 8, 16):
-            if xblock * rblock <= 16384 and (xblock, warps) != (base["XBLOCK"], base["num_warps"]):
-                configs.append({"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": warps})
-    return configs
+    others = [{"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": warps}
+              for xblock in (1, 2, 4, 8, 16, 32) for warps in (2, 4, 8, 16)
+              if xblock * rblock <= 16384 and (xblock, warps) != (base["XBLOCK"], base["num_warps"])]
+    return [base] + [c for c in others if _elements_a_thread(c) <= MAX_ELEMENTS_A_THREAD]
 
 
 class TritonBackend:
