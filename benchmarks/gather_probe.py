@@ -1,7 +1,7 @@
 """Probe of the Triton 3.6 miscompile of max pooling's backward gather (NOTES §27, §28).
 
 Generates tc's Triton kernel for the backward of a bf16 channels-last max pooling (k3 s2 p1, the
-failing case; the source is made for CPU tensors, since on CUDA the lowering declines), then
+failing case; made for CUDA tensors, as the lowering runs on CUDA again since §29), then
 launches it on the GPU by hand at a grid of (XBLOCK, num_warps) and in text variants, counting
 gradients that differ from a float64 reference built from the indices. On the H200 (2026-12-01)
 the generated ``(1 + x) // 2`` was wrong at exactly 16 elements a thread; ``>> 1``, int64
@@ -33,7 +33,7 @@ VARIANTS = {
 }
 
 
-def kernel_source(device: str = "cpu") -> tuple[str, dict]:
+def kernel_source(device: str = "cuda") -> tuple[str, dict]:
     import torch
 
     import tc_inductor

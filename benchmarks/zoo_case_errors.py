@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -38,8 +39,11 @@ def main() -> None:
     p.add_argument("task", choices=("infer", "train"))
     p.add_argument("--top", type=int, default=12)
     p.add_argument("--float64", action="store_true", help="eager and tc both in float64")
+    p.add_argument("--image-size", type=int, help="another input size for an image case")
     args = p.parse_args()
     case = next(c for c in zoo_models.TIMM_CASES + zoo_models.HF_CASES if c.name == args.case)
+    if args.image_size:
+        case = dataclasses.replace(case, inputs=zoo_models._image(args.image_size))
     torch.manual_seed(0)
     if harness.DEVICE.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False

@@ -81,7 +81,7 @@ TIMM_CASES = [
     _timm("eva02_tiny_patch14_224", 32, img_size=32, patch_size=8, depth=2, drop_path_rate=0.0),
     _timm("xcit_nano_12_p16_224", 64, img_size=64, depth=2, drop_path_rate=0.0),
     _timm("pit_ti_224", 64, img_size=64, depth=(1, 1, 1), drop_path_rate=0.0),
-    _timm("dla46_c", 96, levels=(1, 1, 1, 2, 1, 1)),
+    _timm("dla46_c", 64, levels=(1, 1, 1, 2, 1, 1)),
     _timm("res2net50_26w_4s", 64, layers=(1, 1, 1, 1), drop_path_rate=0.0),
     _timm("skresnet18", 64, layers=(1, 1, 1, 1), drop_path_rate=0.0),
     _timm("pvt_v2_b0", 64, depths=(1, 1, 1, 1), drop_path_rate=0.0),
