@@ -39,7 +39,7 @@ def pytest_collection_modifyitems(config, items):
     keep, drop = [], []
     for item in items:
         in_zoo = Path(str(item.fspath)).parent == Path(__file__).parent
-        (drop if in_zoo and not item.get_closest_marker("zoo_fast") and "zoo" in item.keywords else keep).append(item)
+        (drop if in_zoo and item.get_closest_marker("zoo") and not item.get_closest_marker("zoo_fast") else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

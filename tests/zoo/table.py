@@ -19,13 +19,15 @@ def status(r: ZooResult) -> str:
         text = f"eager fallback: {r.fallback_messages[0]}"
     else:
         text = "ok"
+    if r.float64_rerun:
+        text += f" (float64 rerun {r.float64_rerun})"
     text = re.sub(r"\S*/site-packages/", "", text)  # transformers/..., not the venv's path
     return f"xfail ({r.known.split(':')[0]}) {text}" if r.known and not r.ok else text
 
 
 def row(r: ZooResult) -> tuple[str, ...]:
     return (r.model, r.task, "yes" if r.match else "NO", f"{r.max_abs_err:.2e}", str(r.graphs), str(r.breaks),
-            str(r.fallbacks), f"{r.compile_s:.1f}", status(r).replace("|", "/").replace("\n", " ")[:160])
+            str(r.fallbacks), f"{r.compile_s:.1f}", status(r).replace("|", "/").replace("\n", " ")[:200])
 
 
 def markdown_table(results: list[ZooResult], header: bool = True) -> str:

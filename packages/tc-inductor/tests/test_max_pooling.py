@@ -342,7 +342,8 @@ def test_cuda(dtype, config):
     (3, 2, 1, 1) in bfloat16 is the config whose backward Triton 3.6 compiled wrong."""
     op, args = aten.max_pool2d_with_indices.default, _pool_args(config)
     special = _special((4, 16, 15, 14), dtype)
-    _check_forward(lambda: special().cuda(), op, args, "triton", dtype)
+    # the forward is ours; the backward eager's kernel on CUDA (pooling.py: a Triton miscompile)
+    _ours(_check_forward(lambda: special().cuda(), op, args, "triton", dtype, ours=False))
     x = special().cuda().contiguous(memory_format=torch.channels_last)
     compiled = tc_inductor.compile(_forward_graph(x, op, args), [x], _opts("triton"))
     _ours(compiled)
@@ -355,16 +356,16 @@ def test_cuda(dtype, config):
         _assert_same(got, (nhwc[0], nchw[1].contiguous(memory_format=torch.channels_last)), dtype)
         finite = nhwc[0] != -INF
         assert torch.equal(nhwc[1][finite], nchw[1][finite])
-    _check_backward(fresh, got[1], op, args, "triton", dtype)
+    _check_backward(fresh, got[1], op, args, "triton", dtype, ours=False)
 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_cuda_backward_fused_into_channel_sums(dtype):
+def test_cuda_backward_with_channel_sums(dtype):
     """ResNet's stem pooling (k3 s2 p1, channels-last, 16x64x112x112) backward with batch norm's
-    per-channel sums of ``grad * x`` after it, in one graph: the gather fuses into the reduction
-    kernels, at tc's own configs (the backward Triton 3.6 compiled wrong ran 16 elements a
-    thread; none does since, NOTES §29). Every gradient element is compared with eager's."""
+    per-channel sums of ``grad * x`` after it, in one graph, at tc's own configs; every gradient
+    element is compared with eager's. On CUDA the backward is eager's kernel for now (pooling.py);
+    where the lowering runs, its gather fuses into the reduction kernels."""
     op, args = aten.max_pool2d_with_indices.default, _pool_args((3, 2, 1, 1, False))
     x = torch.randn(16, 64, 112, 112, device="cuda", dtype=dtype).contiguous(memory_format=torch.channels_last)
     indices = op(x, *args)[1]
@@ -376,7 +377,6 @@ def test_cuda_backward_fused_into_channel_sums(dtype):
                   g.call(aten._to_copy.default, xn, kwargs={"dtype": torch.float32}))
     g.output((gi, g.call(aten.sum.dim_IntList, prod, [0, 2, 3])))
     compiled = tc_inductor.compile(g, [grad, x, indices], _opts("triton"))
-    assert compiled.stats["extern_calls"] == 0, compiled.source
     for _ in range(2):
         want = aten.max_pool2d_with_indices_backward.default(grad, x, *args, indices)
         got, sums = compiled(grad, x, indices)

@@ -1,0 +1,63 @@
+"""The zoo harness's float64 rerun: a float32 mismatch stands unless tc agrees with eager when the
+same case runs in float64, and a model that cannot run in float64 keeps its mismatch."""
+
+from __future__ import annotations
+
+import harness
+import torch
+from harness import ZooResult
+from zoo_models import ZooCase
+
+import tc
+
+
+class _Net(torch.nn.Module):
+    def __init__(self, fail_in_float64: bool = False):
+        super().__init__()
+        self.fc, self.fail_in_float64 = torch.nn.Linear(6, 3), fail_in_float64
+
+    def forward(self, x):
+        if self.fail_in_float64 and x.dtype == torch.float64:
+            raise TypeError("float32 only")
+        return torch.tanh(self.fc(x)).sum(-1)
+
+
+def _case(**kwargs) -> ZooCase:
+    return ZooCase("test/net", "test", lambda: _Net(**kwargs), lambda g: {"x": torch.randn(4, 6, generator=g)},
+                   lambda out, inputs: out.sum())
+
+
+def _failed(task: str) -> ZooResult:
+    result = ZooResult("test/net", task)
+    result.worst = "call1.grad.fc.weight"  # as _compare leaves a float32 mismatch
+    return result
+
+
+def test_a_float32_mismatch_that_float64_agrees_on_matches():
+    for task in ("infer", "train"):
+        result = _failed(task)
+        harness._rerun_in_float64(result, _case(), task)
+        assert result.match and not result.worst, result
+        assert result.float64_rerun.startswith("matches (float32 failed at call1.grad.fc.weight")
+
+
+def test_a_wrong_float64_result_keeps_the_mismatch(monkeypatch):
+    real = tc.compile
+
+    def off_by_a_little(model, **kwargs):  # a compiled model 1e-5 off: far past 1e-7, in float64
+        compiled = real(model, **kwargs)
+        return lambda *a, **kw: compiled(*a, **kw) + 1e-5
+
+    monkeypatch.setattr(tc, "compile", off_by_a_little)
+    result = _failed("infer")
+    harness._rerun_in_float64(result, _case(), "infer")
+    assert not result.match
+    assert result.float64_rerun.startswith("mismatch too: call1.out off by 1e-05"), result.float64_rerun
+    assert "float64: call1.out" in result.worst
+
+
+def test_a_model_that_does_not_run_in_float64_keeps_the_mismatch():
+    result = _failed("train")
+    harness._rerun_in_float64(result, _case(fail_in_float64=True), "train")
+    assert not result.match and result.worst == "call1.grad.fc.weight"
+    assert result.float64_rerun.startswith("not run: TypeError")
