@@ -26,8 +26,8 @@ import tv_cpu  # noqa: E402
 
 tv_cpu.prepare()
 
-import torch  # noqa: E402
 import harness  # noqa: E402
+import torch  # noqa: E402
 import zoo_models  # noqa: E402
 
 import tc  # noqa: E402

@@ -94,6 +94,10 @@ TIMM_CASES = [
     _timm("fastvit_t8", 64, layers=(1, 1, 1, 1), drop_path_rate=0.0),
     _timm("tresnet_m", 64, layers=(1, 1, 1, 1), drop_path_rate=0.0),
     _timm("rexnet_100", 64, depth_mult=0.3, drop_path_rate=0.0),
+    # chaotic float32 training steps (eager against a float64 run: 2.5% of the scale, and up to
+    # 24% at 107 and 139), decided by the harness's float64 rerun (inception_v3's smallest size: 75)
+    _timm("hgnetv2_b0", 64),
+    _timm("inception_v3", 75),
 ]
 
 
