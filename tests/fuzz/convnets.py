@@ -34,7 +34,7 @@ from torch import nn
 import tc
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from forced_configs import force_pointwise_config  # noqa: E402
+from forced_configs import force_configs  # noqa: E402
 
 TOL = dict(atol=1e-4, rtol=1e-4, equal_nan=True)  # NaN where eager has NaN (seed 7023: -inf from a pool wholly in the padding)
 DEVICE = torch.device(os.environ.get("TC_FUZZ_DEVICE", "cpu"))
@@ -150,7 +150,7 @@ def main() -> int:
     parser.add_argument("--start", type=int, default=0)
     parser.add_argument("--layout", default="always", choices=["always", "never", "auto"])
     args = parser.parse_args()
-    force_pointwise_config()
+    force_configs()
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     counts: dict[str, int] = {}
     t0 = time.perf_counter()

@@ -364,9 +364,9 @@ def random_program(seed: int, grad: bool | None = None) -> Program:
 # with every pointwise kernel at one config when TC_TEST_POINTWISE_CONFIG says (forced_configs.py).
 DEVICE = torch.device(os.environ.get("TC_FUZZ_DEVICE", "cpu"))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from forced_configs import force_pointwise_config  # noqa: E402
+from forced_configs import force_configs  # noqa: E402
 
-force_pointwise_config()
+force_configs()
 
 
 def example_inputs(program: Program, seed: int) -> list[torch.Tensor]:

@@ -30,7 +30,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 from forced_configs import ENV as POINTWISE_ENV  # noqa: E402
-from forced_configs import force_pointwise_config  # noqa: E402
+from forced_configs import force_configs  # noqa: E402
 from slices import FAST, TRITON  # noqa: E402
 
 COLUMNS = ("ops", "samples", "pass", "fallback", "mismatch", "crash")
@@ -48,7 +48,7 @@ def worker(args: argparse.Namespace) -> None:
     table = engine.op_table()
     options = {"backend": args.backend} if args.backend != "auto" else {}
     dtype = getattr(torch, args.dtype)
-    force_pointwise_config(args.pointwise_config)
+    force_configs(args.pointwise_config)
     for line in sys.stdin:
         name = line.strip()
         try:
