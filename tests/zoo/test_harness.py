@@ -61,3 +61,18 @@ def test_a_model_that_does_not_run_in_float64_keeps_the_mismatch():
     harness._rerun_in_float64(result, _case(fail_in_float64=True), "train")
     assert not result.match and result.worst == "call1.grad.fc.weight"
     assert result.float64_rerun.startswith("not run: TypeError")
+
+
+def test_a_dtype_difference_is_not_excused_by_the_float64_rerun(monkeypatch):
+    """A compiled model returning float64 for float32 differs in dtype, which neither the
+    float64 check nor the rerun excuses (its values are as close to float64 as eager's, and in
+    float64 its outputs would agree); until §29 the float64 check did excuse it."""
+    real = tc.compile
+
+    def widened(model, **kwargs):
+        compiled = real(model, **kwargs)
+        return lambda *a, **kw: compiled(*a, **kw).double()
+
+    monkeypatch.setattr(tc, "compile", widened)
+    result = harness.run_case(_case(), "infer")
+    assert not result.match and result.worst.endswith(".out") and not result.float64_rerun, result
