@@ -788,7 +788,8 @@ def _elements_a_thread(config: dict) -> int:
 
 
 def autotune_configs(kernel: kir.Kernel) -> list[dict]:
-    """The configs max-autotune times: tc's own first, then others of at most 8 elements a thread."""
+    """The configs max-autotune times, none of more than 8 elements a thread but a reduction's
+    own (``heuristic_config``'s, timed first; a column reduction's runs 32)."""
     if not kernel.is_reduction:
         candidates = [{"XBLOCK": b, "num_warps": w} for b in (256, 512, 1024, 2048) for w in (4, 8)]
         return [c for c in candidates if _elements_a_thread(c) <= MAX_ELEMENTS_A_THREAD]
