@@ -11,6 +11,8 @@ where it is much further from float64 than eager is. ``TC_ZOO_DEVICE=cuda`` runs
 ``--float64`` runs eager and tc in float64 instead (the float64 run is then eager's itself): a
 correct compiler then agrees with eager to ~1e-10 however ill-conditioned the model, so an
 error of a float32 size there is tc's, not the model's conditioning.
+
+Exits 3 when a tensor fails (so ``ptxas_bisect.py`` can tell a wrong answer from a crash), else 0.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import zoo_models  # noqa: E402
 import tc  # noqa: E402
 
 
-def main() -> None:
+def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("case")
     p.add_argument("task", choices=("infer", "train"))
@@ -54,6 +56,7 @@ def main() -> None:
     compiled_model, reference = copy.deepcopy(eager), copy.deepcopy(eager).double()
     compiled = tc.compile(compiled_model)
     rtol, atol = harness.TOL[args.task]
+    any_failed = False
     for call, seed in enumerate((1, 2)):
         inputs = harness._on_device(case.inputs(torch.Generator().manual_seed(seed)))
         if args.float64:
@@ -74,11 +77,13 @@ def main() -> None:
             rows.append((err, name, eager_f64, tc_f64, verdict))
         rows.sort(reverse=True)
         failed = [r for r in rows if r[4] == "FAIL"]
+        any_failed = any_failed or bool(failed)
         print(f"call {call + 1}: {len(failed)} of {len(rows)} tensors fail; the largest errors, then the failures")
         print(f"  {'tensor':48} {'|tc-eager|':>11} {'|eager-f64|':>12} {'|tc-f64|':>10}  verdict")
         for err, name, e64, t64, verdict in rows[:args.top] + failed[:args.top]:
             print(f"  {name[:48]:48} {err:11.3e} {e64:12.3e} {t64:10.3e}  {verdict}")
+    return 3 if any_failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

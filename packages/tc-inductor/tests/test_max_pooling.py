@@ -338,12 +338,12 @@ def test_training_ties_and_nan():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("config", [(3, 2, 1, 1, False), (3, 1, 1, 2, True), (2, 2, 0, 1, True)], ids=_id)
 def test_cuda(dtype, config):
-    """Triton kernels on the GPU against eager's CUDA kernels: NCHW, channels-last, NaN and ties.
-    (3, 2, 1, 1) in bfloat16 is the config whose backward Triton 3.6 compiled wrong."""
+    """Triton kernels on the GPU against eager's CUDA kernels: NCHW, channels-last, NaN and ties,
+    forward and backward. (3, 2, 1, 1) in bfloat16 is the config whose backward Triton 3.6
+    compiled wrong at 16 elements a thread (NOTES §28; tc runs at most 8 now)."""
     op, args = aten.max_pool2d_with_indices.default, _pool_args(config)
     special = _special((4, 16, 15, 14), dtype)
-    # the forward is ours; the backward eager's kernel on CUDA (pooling.py: a Triton miscompile)
-    _ours(_check_forward(lambda: special().cuda(), op, args, "triton", dtype, ours=False))
+    _check_forward(lambda: special().cuda(), op, args, "triton", dtype)
     x = special().cuda().contiguous(memory_format=torch.channels_last)
     compiled = tc_inductor.compile(_forward_graph(x, op, args), [x], _opts("triton"))
     _ours(compiled)
@@ -356,7 +356,32 @@ def test_cuda(dtype, config):
         _assert_same(got, (nhwc[0], nchw[1].contiguous(memory_format=torch.channels_last)), dtype)
         finite = nhwc[0] != -INF
         assert torch.equal(nhwc[1][finite], nchw[1][finite])
-    _check_backward(fresh, got[1], op, args, "triton", dtype, ours=False)
+    _check_backward(fresh, got[1], op, args, "triton", dtype)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("size", [6, 7, 12], ids=str)
+def test_cuda_indices_beside_float64_pointwise(size):
+    """The kernel timm's dla46_c training got wrong on the H200 in float64 at 96x96 (NOTES §30):
+    a 2x2/2 pooling's indices over a 6x6 map, fused beside a batch norm and ReLU of another
+    tensor of the output's shape. Its int64 index math came out of ptxas -O3 (12.8 to 13.0) with
+    hundreds of the 4,608 indices wrong; the lowering's int32 index math is right."""
+    g = torch.Generator().manual_seed(size)
+    x = torch.randn(4, 128, size, size, generator=g, dtype=torch.float64).cuda()
+    a = torch.randn(4, 128, size // 2, size // 2, generator=g, dtype=torch.float64).cuda()
+    stats = [torch.randn(128, 1, 1, generator=g, dtype=torch.float64).cuda() for _ in range(4)]
+    gr = tc_ir.Graph()
+    xn, an, *sn = (gr.input(f"i{i}", tc_ir.TensorSpec.from_tensor(t)) for i, t in enumerate([x, a, *stats]))
+    bn = gr.call(aten.add.Tensor, gr.call(aten.mul.Tensor, gr.call(aten.mul.Tensor, gr.call(
+        aten.sub.Tensor, an, sn[0]), sn[1]), sn[2]), sn[3])
+    pool = gr.call(aten.max_pool2d_with_indices.default, xn, [2, 2], [2, 2])
+    gr.output((gr.call(aten.relu.default, bn), gr.call(operator.getitem, pool, 1, spec=pool.spec[1])))
+    compiled = tc_inductor.compile(gr, [x, a, *stats], _opts("triton"))
+    assert len(compiled.kernels) == 1, compiled.kernels  # the two fused, as in dla46_c's backward
+    for fresh in (x, torch.randn_like(x)):
+        relu, indices = compiled(fresh, a, *stats)
+        torch.testing.assert_close(relu, torch.relu((a - stats[0]) * stats[1] * stats[2] + stats[3]))
+        assert torch.equal(indices, F.max_pool2d_with_indices(fresh, 2, 2)[1])
 
 
 @pytest.mark.cuda
@@ -364,8 +389,7 @@ def test_cuda(dtype, config):
 def test_cuda_backward_with_channel_sums(dtype):
     """ResNet's stem pooling (k3 s2 p1, channels-last, 16x64x112x112) backward with batch norm's
     per-channel sums of ``grad * x`` after it, in one graph, at tc's own configs; every gradient
-    element is compared with eager's. On CUDA the backward is eager's kernel for now (pooling.py);
-    where the lowering runs, its gather fuses into the reduction kernels."""
+    element is compared with eager's; the backward's gather fuses into the reduction kernels."""
     op, args = aten.max_pool2d_with_indices.default, _pool_args((3, 2, 1, 1, False))
     x = torch.randn(16, 64, 112, 112, device="cuda", dtype=dtype).contiguous(memory_format=torch.channels_last)
     indices = op(x, *args)[1]

@@ -13,9 +13,8 @@ most ``prod(((k - 1) * dilation) // stride + 1)`` windows, so it fuses with the 
 around it (eager scatters, which cannot). The indices must be the forward's, as for eager's CUDA
 kernel and torch.compile's lowering: an index outside its window is not looked for.
 
-On CUDA the backward declines (eager's kernel): Triton 3.6's ptxas miscompiled its gather at 16
-elements a thread, and a float64 training case still went wrong on the GPU at 8
-(``_max_pool_backward``). Windows of more than ``MAX_WINDOW`` elements decline:
+The forward's index math is int32 where the plane allows (``_index_dtype``: a GPU miscompile of
+the int64 form). Windows of more than ``MAX_WINDOW`` elements decline:
 eager's kernel, as an extern call (the forward's torch decomposition is not used:
 ``decompositions.WRONG_DECOMPOSITIONS``).
 """
@@ -65,16 +64,30 @@ def _check_input(x: TensorValue, n: int) -> None:
         raise Unsupported(f"max pooling of {x.dtype}")  # eager's minimum is not -inf there
 
 
-def _flat(positions: tuple, sizes: tuple) -> UOp:
-    """The int64 flat index of ``positions`` (int64 UOps or sympy expressions) into ``sizes``."""
+def _flat(positions: tuple, sizes: tuple, dtype: torch.dtype = torch.int64) -> UOp:
+    """The flat index, as ``dtype``, of ``positions`` (UOps of ``dtype`` or sympy expressions)
+    into ``sizes``."""
     flat = None
     for pos, size in zip(positions, sizes):
-        pos = pos if isinstance(pos, UOp) else kir.index_value(pos)
+        pos = pos if isinstance(pos, UOp) else _position(pos, dtype)
         if flat is None:
             flat = pos
         else:
-            flat = kir.binary(Ops.ADD, kir.binary(Ops.MUL, flat, kir.size_value(size, torch.int64)), pos)
+            flat = kir.binary(Ops.ADD, kir.binary(Ops.MUL, flat, kir.size_value(size, dtype)), pos)
     return flat
+
+
+def _position(expr: sympy.Expr, dtype: torch.dtype) -> UOp:
+    return kir.cast(kir.index_value(expr), dtype)
+
+
+def _index_dtype(sizes: tuple) -> torch.dtype:
+    """int32 for the index math of a window over a plane of fewer than 2**31 elements (static
+    sizes), else int64. Besides being cheaper, int32 sidesteps a GPU miscompile: Triton 3.6's
+    PTX of the int64 where-chain, fused beside float64 loads, came out of every ptxas at -O3
+    (12.8, 12.9, 13.0) with wrong indices, and right at -O0 or in int32 (NOTES §30)."""
+    plane = math.prod(sizes)
+    return torch.int32 if isinstance(plane, int) and plane < 2**31 else torch.int64
 
 
 def _always(condition: sympy.Expr) -> bool:
@@ -94,6 +107,7 @@ class _Window:
         self.out_sizes = out_shape[len(out_shape) - self.n:]
         self.in_sizes = x.shape[x.ndim - self.n:]
         self.start = tuple(o * s - p for o, s, p in zip(self.out, self.stride, self.padding))
+        self.itype = _index_dtype(self.in_sizes)
 
     def position(self, d: int, j: int) -> sympy.Expr:
         return self.start[d] + j * self.dilation[d]
@@ -102,10 +116,10 @@ class _Window:
         """The conditions (none when always true) for element ``j`` of dim ``d`` to be in the input."""
         pos, conds = self.position(d, j), []
         if j * self.dilation[d] < self.padding[d]:  # can fall in the left padding
-            conds.append(kir.binary(Ops.GE, kir.index_value(pos), kir.const(0, torch.int64)))
+            conds.append(kir.binary(Ops.GE, _position(pos, self.itype), kir.const(0, self.itype)))
         last = (self.out_sizes[d] - 1) * self.stride[d] - self.padding[d] + j * self.dilation[d]
         if not _always(sympy.sympify(last) < sympy.sympify(self.in_sizes[d])):  # or past the end
-            conds.append(kir.binary(Ops.LT, kir.index_value(pos), kir.size_value(self.in_sizes[d], torch.int64)))
+            conds.append(kir.binary(Ops.LT, _position(pos, self.itype), kir.size_value(self.in_sizes[d], self.itype)))
         return conds
 
     def element(self, js: tuple) -> tuple[UOp, UOp]:
@@ -115,25 +129,25 @@ class _Window:
         conds = [c for d, j in enumerate(js) for c in self.inside(d, j)]
         if conds:
             value = kir.masked(_all(conds), value, float("-inf"))
-        return value, _flat(positions, self.in_sizes)
+        return value, _flat(positions, self.in_sizes, self.itype)
 
     def first_index(self) -> UOp:
         """Eager's starting index: per dim, the window's first position that is not before the
         input (its ``while (start < 0) start += dilation``)."""
         firsts = []
         for d in range(self.n):
-            first = kir.index_value(self.position(d, self.kernel[d] - 1))
+            first = _position(self.position(d, self.kernel[d] - 1), self.itype)
             for j in reversed(range(self.kernel[d] - 1)):
                 if j * self.dilation[d] < self.padding[d]:
-                    pos = kir.index_value(self.position(d, j))
-                    first = kir.where(kir.binary(Ops.GE, pos, kir.const(0, torch.int64)), pos, first)
+                    pos = _position(self.position(d, j), self.itype)
+                    first = kir.where(kir.binary(Ops.GE, pos, kir.const(0, self.itype)), pos, first)
                 else:
-                    first = kir.index_value(self.position(d, j))
+                    first = _position(self.position(d, j), self.itype)
             firsts.append(first)
-        return _flat(tuple(firsts), self.in_sizes)
+        return _flat(tuple(firsts), self.in_sizes, self.itype)
 
     def max(self) -> tuple[UOp, UOp]:
-        """(max, its flat index), walking the window in eager's order."""
+        """(max, its int64 flat index), walking the window in eager's order."""
         elements = [self.element(js) for js in itertools.product(*(range(k) for k in self.kernel))]
         if all(not self.inside(d, 0) for d in range(self.n)):  # the first element is always in
             (best, where), rest = elements[0], elements[1:]
@@ -142,7 +156,7 @@ class _Window:
         for value, index in rest:
             wins = kir.binary(Ops.OR, kir.binary(Ops.GT, value, best), kir.unary(Ops.ISNAN, value))
             best, where = kir.where(wins, value, best), kir.where(wins, index, where)
-        return best, where
+        return best, kir.cast(where, torch.int64)
 
 
 def _max_pool(n: int):
@@ -195,14 +209,6 @@ def _max_pool_backward(n: int):
         if math.prod(counts) > MAX_WINDOW:
             raise Unsupported(f"{math.prod(counts)} windows can hold one input element")
         spec, (_, stride_, padding_, _) = ctx.spec, params
-        if torch.device(spec.device).type == "cuda":
-            # Triton 3.6's ptxas (-O3) compiled this gather's int32 `(1 + x) // 2` wrong at exactly
-            # 16 elements a thread (right at 8 and 32, with int64 indices, at -O0; NOTES §28). With
-            # every kernel at 8 or fewer (§29) this lowering ran on CUDA again and passed the zoo's
-            # max-pooling models on the H200, but timm's dla46_c training in float64 at 96x96 then
-            # gave gradients off by up to 34 there (right at 64, on the CPU, and under the Triton
-            # interpreter at the GPU's configs), not yet localised: eager's kernel until it is.
-            raise Unsupported("max pooling's backward on CUDA (a Triton miscompile of its gather)")
         in_sizes, out_sizes = x.shape[x.ndim - n:], grad_output.shape[grad_output.ndim - n:]
         compute = kir.compute_dtype(spec.dtype)
 
