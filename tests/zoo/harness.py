@@ -43,6 +43,10 @@ F64_RERUN_TOL = 1e-7
 # Where the cases run: "cpu" (C++ kernels; CI), or "cuda" on a GPU host (Triton kernels), with
 # TF32 off so that eager's float32 convolutions and matmuls are float32 as on the CPU.
 DEVICE = torch.device(os.environ.get("TC_ZOO_DEVICE", "cpu"))
+# TC_ZOO_FLOAT64=1: every case runs in float64 only, tc and eager both, to F64_RERUN_TOL. Where
+# float32 can only tell a wrong answer from chaos through the rerun, float64 tells any wrong
+# kernel at once (NOTES §30: a ptxas miscompile showed only as chaos-sized errors in float32).
+FLOAT64_ONLY = os.environ.get("TC_ZOO_FLOAT64") == "1"
 
 
 @dataclass
@@ -72,6 +76,8 @@ class ZooResult:
 def run_case(case: ZooCase, task: str) -> ZooResult:
     """Compile ``case`` for ``task`` ("infer" or "train"), compare with eager, count graphs."""
     result = ZooResult(case.name, task)
+    if FLOAT64_ONLY:
+        return _float64_only(result, case, task)
     torch.manual_seed(0)
     if DEVICE.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
@@ -104,22 +110,8 @@ def run_case(case: ZooCase, task: str) -> ZooResult:
 def _rerun_in_float64(result: ZooResult, case: ZooCase, task: str) -> None:
     """Decide a float32 mismatch by the same two calls in float64 (``F64_RERUN_TOL``): a match
     there makes the case match, with the float32 tensor that failed kept in ``float64_rerun``."""
-    torch.manual_seed(0)
-    eager = case.build().to(DEVICE).double()
-    _set_mode(eager, task)
-    compiled_model = copy.deepcopy(eager)
     try:
-        compiled = tc.compile(compiled_model)
-        worst, worst_name = 0.0, ""
-        for seed in (1, 2):
-            inputs = _on_device(case.inputs(torch.Generator().manual_seed(seed)))
-            inputs = {k: v.double() if v.is_floating_point() else v for k, v in inputs.items()}
-            expected = _run(eager, case, inputs, task)
-            actual = _with_warnings(result, lambda i=inputs: _run(compiled, case, i, task, compiled_model))
-            for name, want in expected.items():
-                err, excess = _error(actual[name], want, F64_RERUN_TOL, F64_RERUN_TOL)
-                if excess > 0 and (not worst_name or err > worst):
-                    worst, worst_name = err, f"call{seed}.{name}"
+        worst, worst_name = _float64_calls(result, case, task)
     except Exception as e:  # the model does not run in float64 (or tc fails there): the mismatch stands
         result.float64_rerun = f"not run: {type(e).__name__}: {str(e)[:120]}"
         return
@@ -129,6 +121,42 @@ def _rerun_in_float64(result: ZooResult, case: ZooCase, task: str) -> None:
     else:
         result.float64_rerun = f"matches (float32 failed at {result.worst}: ill-conditioned)"
         result.match, result.worst = True, ""
+
+
+def _float64_only(result: ZooResult, case: ZooCase, task: str) -> ZooResult:
+    """``TC_ZOO_FLOAT64=1``: the case's two calls in float64, to ``F64_RERUN_TOL``."""
+    try:
+        worst, worst_name = _float64_calls(result, case, task)
+        result.match, result.worst = not worst_name, worst_name
+    except Exception as e:  # a crash where eager works is a result, reported in the table
+        result.match = False
+        result.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+    return result
+
+
+def _float64_calls(result: ZooResult, case: ZooCase, task: str) -> tuple[float, str]:
+    """The case's two calls with model and inputs in float64, through tc and eager: the largest
+    error past ``F64_RERUN_TOL`` and its tensor ("" when every tensor agrees)."""
+    torch.manual_seed(0)
+    eager = case.build().to(DEVICE).double()
+    _set_mode(eager, task)
+    compiled_model = copy.deepcopy(eager)
+    compiled = tc.compile(compiled_model)
+    worst, worst_name = 0.0, ""
+    for seed in (1, 2):
+        inputs = _on_device(case.inputs(torch.Generator().manual_seed(seed)))
+        inputs = {k: v.double() if v.is_floating_point() else v for k, v in inputs.items()}
+        expected = _run(eager, case, inputs, task)
+        actual = _with_warnings(result, lambda i=inputs: _run(compiled, case, i, task, compiled_model))
+        if set(expected) != set(actual):
+            raise AssertionError(f"outputs differ in structure: {sorted(set(expected) ^ set(actual))[:4]}")
+        for name, want in expected.items():
+            err, excess = _error(actual[name], want, F64_RERUN_TOL, F64_RERUN_TOL)
+            if FLOAT64_ONLY:  # the table's error column (a rerun keeps float32's)
+                result.max_abs_err = err if result.max_abs_err != result.max_abs_err else max(result.max_abs_err, err)
+            if excess > 0 and (not worst_name or err > worst):
+                worst, worst_name = err, f"call{seed}.{name}"
+    return worst, worst_name
 
 
 def _on_device(inputs: dict[str, Any]) -> dict[str, Any]:

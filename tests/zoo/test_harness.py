@@ -76,3 +76,23 @@ def test_a_dtype_difference_is_not_excused_by_the_float64_rerun(monkeypatch):
     monkeypatch.setattr(tc, "compile", widened)
     result = harness.run_case(_case(), "infer")
     assert not result.match and result.worst.endswith(".out") and not result.float64_rerun, result
+
+
+def test_float64_only_mode_matches_a_right_model_and_fails_one_a_little_off(monkeypatch):
+    """``TC_ZOO_FLOAT64=1``: the case runs in float64 alone; a compiled model 1e-5 off (a
+    float32-sized error, which float32's tolerance would pass) fails it."""
+    monkeypatch.setattr(harness, "FLOAT64_ONLY", True)
+    for task in ("infer", "train"):
+        result = harness.run_case(_case(), task)
+        assert result.ok and 0 <= result.max_abs_err < 1e-12, result
+    real = tc.compile
+
+    def off_by_a_little(model, **kwargs):
+        compiled = real(model, **kwargs)
+        return lambda *a, **kw: compiled(*a, **kw) + 1e-5
+
+    monkeypatch.setattr(tc, "compile", off_by_a_little)
+    result = harness.run_case(_case(), "infer")
+    assert not result.match and result.worst == "call1.out", result
+    result = harness.run_case(_case(fail_in_float64=True), "infer")
+    assert not result.ok and result.error.startswith("TypeError"), result
