@@ -4,11 +4,18 @@ same case runs in float64, and a model that cannot run in float64 keeps its mism
 from __future__ import annotations
 
 import harness
+import pytest
 import torch
 from harness import ZooResult
 from zoo_models import ZooCase
 
 import tc
+
+
+@pytest.fixture(autouse=True)
+def _float32_mode(monkeypatch):
+    """The tests below are of the float32 comparison, whatever TC_ZOO_FLOAT64 the run was given."""
+    monkeypatch.setattr(harness, "FLOAT64_ONLY", False)
 
 
 class _Net(torch.nn.Module):
@@ -96,3 +103,21 @@ def test_float64_only_mode_matches_a_right_model_and_fails_one_a_little_off(monk
     assert not result.match and result.worst == "call1.out", result
     result = harness.run_case(_case(fail_in_float64=True), "infer")
     assert not result.ok and result.error.startswith("TypeError"), result
+
+
+def test_a_model_with_a_float32_part_is_compared_to_float32s_rounding(monkeypatch):
+    """A case in ``FLOAT32_INSIDE`` (T5's float32 variance) agrees in float64 only to float32's
+    rounding: 1e-6 off passes there and fails any other case; 1e-4 off fails both."""
+    monkeypatch.setattr(harness, "FLOAT64_ONLY", True)
+    real = tc.compile
+    off = [0.0]
+
+    def off_by(model, **kwargs):
+        compiled = real(model, **kwargs)
+        return lambda *a, **kw: compiled(*a, **kw) + off[0]
+
+    monkeypatch.setattr(tc, "compile", off_by)
+    for delta, inside, ok in ((1e-6, True, True), (1e-6, False, False), (1e-4, True, False)):
+        off[0] = delta
+        monkeypatch.setattr(harness, "FLOAT32_INSIDE", {"test/net": "a float32 part"} if inside else {})
+        assert harness.run_case(_case(), "infer").match is ok, (delta, inside)
