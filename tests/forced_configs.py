@@ -19,7 +19,11 @@ the sweeps meet. Two knobs, read by :func:`force_configs`:
     returns a value where a GPU's launch fails;
   - it has no libdevice: ops whose GPU text calls it (``pow``, gelu's ``erf``, ``tanh``) crash;
   - its ``.to(tl.bfloat16)`` truncates where a GPU rounds to nearest (tc's interpreter text
-    rounds with ``_tc_bf16``): bf16 results can be an ulp off.
+    rounds with ``_tc_bf16``): bf16 results can be an ulp off;
+  - with numpy 2.4 it cannot loop ``range(0, n, ...)`` over an int argument (an
+    ``InterpreterError: TypeError('only 0-dimensional arrays can be converted to Python
+    scalars')``), which the GPU's looped reductions over a symbolic row length do: such a kernel
+    fails here and runs on a GPU (the convnet fuzzer's recompiles over symbolic heights meet it).
 """
 
 from __future__ import annotations
