@@ -212,3 +212,29 @@ def test_a_view_taken_before_a_foreach_write_gets_the_write_in_its_gradient(writ
         torch.autograd.backward(got, cotangents)
         for m, leaf in zip(mine, leaves):
             torch.testing.assert_close(m.grad, leaf.grad)
+
+
+@pytest.mark.parametrize("shape", [(5, 0), (0, 5), (3, 0, 2)], ids=str)
+def test_a_write_into_an_empty_expanded_input_that_requires_grad_is_traced(shape):
+    """An empty input expanded from a non-leaf that requires grad (fuzz seeds 98551, 101293,
+    102693) is written in place as eager allows: no element shares memory, so it gets a writable
+    twin like any input; before, the trace wrote the leaf itself and failed (an eager fallback)."""
+    def fn(x, y):
+        x.sin_()
+        return y * 2, x + 1
+
+    base_shape = tuple(1 if n > 1 else n for n in shape)
+    leaf = torch.randn(base_shape, requires_grad=True)
+    y = torch.randn(3, requires_grad=True)
+    x = leaf.clone().expand(shape)
+    compiled = compile_fn(fn, x, y)
+    for _ in range(2):
+        ya, yb = (y.detach().clone().requires_grad_() for _ in range(2))
+        got, want = compiled(leaf.clone().expand(shape), ya), fn(leaf.clone().expand(shape), yb)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w)
+            assert g.shape == w.shape and g.requires_grad == w.requires_grad
+        (got[0].sum() + got[1].sum()).backward()
+        (want[0].sum() + want[1].sum()).backward()
+        torch.testing.assert_close(ya.grad, yb.grad)
+        y = torch.randn(3, requires_grad=True)

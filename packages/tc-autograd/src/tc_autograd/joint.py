@@ -93,11 +93,13 @@ def _writable_twin(leaf: torch.Tensor) -> torch.Tensor:
     are taken with respect to ``leaf`` (the input's old value). The strides are the input's (a
     step slice keeps its gaps), so ops whose results depend on the layout (``view``, ``contiguous``,
     strides of ``empty_like``) trace as they run in eager. Memory that overlaps itself (an expanded
-    input) cannot be copied into: the leaf itself stands for it, and a write to it fails the trace
-    (the umbrella then runs the graph eagerly, where such writes mostly fail too).
+    input with elements; an empty one has nothing to overlap) cannot be copied into: the leaf
+    itself stands for it, and a write to it fails the trace (the umbrella then runs the graph
+    eagerly, where such writes mostly fail too).
     """
     shape, stride = tuple(leaf.shape), leaf.stride()
-    if any(s == 0 and n > 1 for n, s in zip(shape, stride)) or overlaps_beyond_broadcast(shape, stride):
+    broadcast = any(s == 0 and n > 1 for n, s in zip(shape, stride))
+    if 0 not in shape and (broadcast or overlaps_beyond_broadcast(shape, stride)):  # empty: nothing shared
         return leaf
     twin = torch.empty_strided(leaf.shape, leaf.stride(), dtype=leaf.dtype, device=leaf.device)
     return twin.copy_(leaf)
