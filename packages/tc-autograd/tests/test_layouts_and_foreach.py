@@ -217,10 +217,12 @@ def test_a_view_taken_before_a_foreach_write_gets_the_write_in_its_gradient(writ
 @pytest.mark.parametrize("shape", [(5, 0), (0, 5), (3, 0, 2)], ids=str)
 def test_a_write_into_an_empty_expanded_input_that_requires_grad_is_traced(shape):
     """An empty input expanded from a non-leaf that requires grad (fuzz seeds 98551, 101293,
-    102693) is written in place as eager allows: no element shares memory, so it gets a writable
-    twin like any input; before, the trace wrote the leaf itself and failed (an eager fallback)."""
+    102693) is written in place as eager allows, wholly and in part: no element shares memory, so
+    it gets a writable twin like any input and a partial write is not refused as one into
+    broadcast memory; before, both failed the trace (an eager fallback)."""
     def fn(x, y):
         x.sin_()
+        x[:, :1].mul_(2)  # a partial write: into a broadcast input with elements, refused
         return y * 2, x + 1
 
     base_shape = tuple(1 if n > 1 else n for n in shape)

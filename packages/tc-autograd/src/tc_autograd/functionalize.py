@@ -309,8 +309,8 @@ def _check_broadcast_write(alias: Alias) -> None:
     root = alias.storage.root
     if alias.storage.input_index is None or not isinstance(root, torch.Tensor):
         return
-    if not any(s == 0 and n > 1 for n, s in zip(root.shape, root.stride())):
-        return
+    if 0 in root.shape or not any(s == 0 and n > 1 for n, s in zip(root.shape, root.stride())):
+        return  # an empty input has no element whose memory another one shares
     partial = [step.op for step in alias.chain if step.op.overloadpacket not in WHOLE_VIEWS]
     if partial:
         raise NotImplementedError(f"tc_autograd: a write through {partial[0]} to part of input "
