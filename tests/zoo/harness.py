@@ -104,16 +104,19 @@ def run_case(case: ZooCase, task: str) -> ZooResult:
         if not result.match and values_only:  # a dtype, shape or NaN difference stands as it is
             _rerun_in_float64(result, case, task)
     except Exception as e:  # a crash where eager works is a result, reported in the table
-        result.match = False
-        result.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+        result.match, result.error = False, _error_text(e)
     return result
+
+
+def _error_text(e: Exception) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
 
 
 def _rerun_in_float64(result: ZooResult, case: ZooCase, task: str) -> None:
     """Decide a float32 mismatch by the same two calls in float64 (``F64_RERUN_TOL``): a match
     there makes the case match, with the float32 tensor that failed kept in ``float64_rerun``."""
     try:
-        worst, worst_name = _float64_calls(result, case, task)
+        _, worst, worst_name = _float64_calls(result, case, task)
     except Exception as e:  # the model does not run in float64 (or tc fails there): the mismatch stands
         result.float64_rerun = f"not run: {type(e).__name__}: {str(e)[:120]}"
         return
@@ -128,38 +131,36 @@ def _rerun_in_float64(result: ZooResult, case: ZooCase, task: str) -> None:
 def _float64_only(result: ZooResult, case: ZooCase, task: str) -> ZooResult:
     """``TC_ZOO_FLOAT64=1``: the case's two calls in float64, to ``F64_RERUN_TOL``."""
     try:
-        worst, worst_name = _float64_calls(result, case, task)
-        result.match, result.worst = not worst_name, worst_name
+        result.max_abs_err, _, result.worst = _float64_calls(result, case, task)
+        result.match = not result.worst
     except Exception as e:  # a crash where eager works is a result, reported in the table
-        result.match = False
-        result.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+        result.match, result.error = False, _error_text(e)
     return result
 
 
-def _float64_calls(result: ZooResult, case: ZooCase, task: str) -> tuple[float, str]:
+def _float64_calls(result: ZooResult, case: ZooCase, task: str) -> tuple[float, float, str]:
     """The case's two calls with model and inputs in float64, through tc and eager: the largest
-    error past ``F64_RERUN_TOL`` (``F32_INSIDE_TOL``) and its tensor ("" when every tensor agrees)."""
+    error of any tensor, then the largest past ``F64_RERUN_TOL`` (``F32_INSIDE_TOL``) and its
+    tensor ("" when every tensor agrees)."""
     torch.manual_seed(0)
     eager = case.build().to(DEVICE).double()
     _set_mode(eager, task)
     compiled_model = copy.deepcopy(eager)
     compiled = tc.compile(compiled_model)
     tol = F32_INSIDE_TOL if case.name in FLOAT32_INSIDE else F64_RERUN_TOL
-    worst, worst_name = 0.0, ""
+    largest, worst, worst_name = 0.0, 0.0, ""
     for seed in (1, 2):
         inputs = _on_device(case.inputs(torch.Generator().manual_seed(seed)))
         inputs = {k: v.double() if v.is_floating_point() else v for k, v in inputs.items()}
         expected = _run(eager, case, inputs, task)
         actual = _with_warnings(result, lambda i=inputs: _run(compiled, case, i, task, compiled_model))
-        if set(expected) != set(actual):
-            raise AssertionError(f"outputs differ in structure: {sorted(set(expected) ^ set(actual))[:4]}")
+        _check_structure(expected, actual)
         for name, want in expected.items():
             err, excess = _error(actual[name], want, tol, tol)
-            if FLOAT64_ONLY:  # the table's error column (a rerun keeps float32's)
-                result.max_abs_err = err if result.max_abs_err != result.max_abs_err else max(result.max_abs_err, err)
+            largest = max(largest, err)
             if excess > 0 and (not worst_name or err > worst):
                 worst, worst_name = err, f"call{seed}.{name}"
-    return worst, worst_name
+    return largest, worst, worst_name
 
 
 def _on_device(inputs: dict[str, Any]) -> dict[str, Any]:
@@ -258,9 +259,7 @@ def _compare(result: ZooResult, expected: dict, actual: dict, f64: dict, task: s
     """Compare one call's tensors into ``result``; False when a tensor differs in dtype, shape or
     NaN places (no float64 rerun can excuse that)."""
     rtol, atol = TOL[task]
-    if set(expected) != set(actual):
-        diff = sorted(set(expected) ^ set(actual))[:4]
-        raise AssertionError(f"outputs differ in structure: {diff}")
+    _check_structure(expected, actual)
     worst_excess, values_only = 0.0, True
     for name, want in expected.items():
         err, excess = _error(actual[name], want, rtol, atol)
@@ -273,6 +272,11 @@ def _compare(result: ZooResult, expected: dict, actual: dict, f64: dict, task: s
             worst_excess, result.worst = excess, prefix + name
     result.match = not result.worst  # stays False once a tensor of an earlier call failed
     return values_only
+
+
+def _check_structure(expected: dict, actual: dict) -> None:
+    if set(expected) != set(actual):
+        raise AssertionError(f"outputs differ in structure: {sorted(set(expected) ^ set(actual))[:4]}")
 
 
 def _as_close_to_f64(got: torch.Tensor, want: torch.Tensor, ref: torch.Tensor) -> bool:
