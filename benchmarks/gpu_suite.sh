@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Everything GPU-only in one call on the Hopper GPU test host (see ../.library/device):
 # the cuda-marked tests of every package, then the kernel, overhead and CUDA-graph benchmarks.
-# Usage there: bash benchmarks/gpu_suite.sh [tests|bench|f64zoo|all]   (logs go to $OUT when set)
+# Usage there: bash benchmarks/gpu_suite.sh [tests|bench|f64zoo|soundness|all]   (logs go to $OUT when set)
 #   f64zoo: the zoo in float64 alone with CNNs 32 pixels larger (any wrong kernel shows; NOTES §30)
+#   soundness: the cuda tests and the float64 zoo side by side (one device call; each line a test)
 # Wheels in .whl/ (gitignored: expecttest, pytest-xdist, execnet; the host has no index) are
 # installed first when carried; with xdist the tests and the zoo run 4 at a time.
 set -uo pipefail
@@ -17,13 +18,23 @@ OUT="${OUT:-bench_out}"; mkdir -p "$OUT"
 what="${1:-all}"
 python3 -c "import sys, torch, triton; print(sys.version.split()[0], torch.__version__, triton.__version__, torch.cuda.get_device_name())"
 XDIST=$(python3 -c "import xdist" 2>/dev/null && echo "-n 4")
-if [ "$what" = tests ] || [ "$what" = all ]; then
-  timeout 540 python3 -m pytest -p no:cacheprovider -q -rfE $XDIST -m cuda packages tests 2>&1 | tee "$OUT/cuda_tests.log" | tail -40
-fi
-if [ "$what" = f64zoo ]; then
+cuda_tests() {  # $1: pytest's verbosity flag
+  timeout 540 python3 -m pytest -p no:cacheprovider "$1" -rfE $XDIST -m cuda packages tests > "$OUT/cuda_tests.log" 2>&1
+  tail -40 "$OUT/cuda_tests.log"
+}
+f64zoo() {
   TC_ZOO_DEVICE=cuda TC_ZOO=full TC_ZOO_FLOAT64=1 TC_ZOO_IMAGE_GROW=32 TC_ZOO_RESULTS="$OUT/zoo_f64.md" \
-    timeout 560 python3 -m pytest -p no:cacheprovider -q -rfE $XDIST tests/zoo/test_zoo.py 2>&1 | tee "$OUT/zoo_f64.log" | tail -30
-fi
+    timeout 540 python3 -m pytest -p no:cacheprovider "$1" -rfE $XDIST tests/zoo/test_zoo.py > "$OUT/zoo_f64.log" 2>&1
+  tail -30 "$OUT/zoo_f64.log"
+}
+case "$what" in
+  tests|all) cuda_tests -q ;;
+  f64zoo) f64zoo -q ;;
+  soundness)  # side by side; -v so that a run cut by its timeout still names every test that ended
+    TC_COMPILE_WORKERS=4 cuda_tests -v > "$OUT/cuda_tests.tail" & TC_COMPILE_WORKERS=4 f64zoo -v > "$OUT/zoo_f64.tail" &
+    wait; grep -c PASSED "$OUT/cuda_tests.log" "$OUT/zoo_f64.log"; grep -E "FAILED|ERROR" "$OUT/cuda_tests.log" "$OUT/zoo_f64.log" | head -60
+    tail -5 "$OUT/cuda_tests.log" "$OUT/zoo_f64.log" ;;
+esac
 if [ "$what" = bench ] || [ "$what" = all ]; then
   for b in benchmarks/kernels.py benchmarks/overhead.py; do
     [ -f "$b" ] && timeout 240 python3 "$b" 2>&1 | tee "$OUT/$(basename "$b" .py).log" | tail -30

@@ -263,3 +263,33 @@ def test_column_reductions_keep_nan(dtype, monkeypatch):
     for _ in range(2):
         x = make(gen)
         _same(compiled(x), (x.amax(0), *torch.min(x, 0), x.argmax(0)))
+
+
+@pytest.mark.parametrize("name", ["argmax", "argmin"])
+@pytest.mark.parametrize("rows, n", [(768, 6), (128, 36), (96, 49), (16, 1000), (4, 5000)])
+@pytest.mark.parametrize("dim", [1, 0])
+def test_float64_arg_index_beside_other_loads(name, rows, n, dim):
+    """argmax/argmin's int64 index accumulator (``tl.where(take, rindex, idx)``) in float64, fused
+    after a batch norm and ReLU of the row whose result is stored too: the shape of the int64
+    where-chain ptxas -O3 miscompiled beside float64 loads in max pooling (NOTES §30). Rows within
+    and beyond the persistent limit, over the last dim and the first (ReLU's zeros make ties, so
+    the first of equal values must win as in eager). On CUDA at tc's own configs; on the CPU the
+    interpreter runs the same graph."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    g = torch.Generator().manual_seed(rows * n + dim)
+    shape = (rows, n) if dim == 1 else (n, rows)
+    stat_shape = (rows, 1) if dim == 1 else (1, rows)
+    x = torch.randn(shape, generator=g, dtype=torch.float64).to(device)
+    stats = [torch.randn(stat_shape, generator=g, dtype=torch.float64).to(device) for _ in range(4)]
+    op = getattr(aten, name).default
+
+    def fn(gr, x, m, s, w, b):
+        y = gr.call(aten.relu.default, gr.call(aten.add.Tensor, gr.call(aten.mul.Tensor, gr.call(
+            aten.mul.Tensor, gr.call(aten.sub.Tensor, x, m), s), w), b))
+        return y, gr.call(op, y, dim)
+
+    compiled = _compile(fn, [x, *stats])
+    for fresh in (x, torch.randn_like(x)):
+        got = compiled(fresh, *stats)
+        y = torch.relu((fresh - stats[0]) * stats[1] * stats[2] + stats[3])
+        _same(got, (y, getattr(torch, name)(y, dim)), tol=1e-12)
