@@ -15,7 +15,10 @@ fewest kernels whose unoptimised builds make the answer right (each half is trie
 where neither half alone is enough, both are searched with the other held at ``-O0``). Printed
 last: those kernels; with ``--keep DIR``, a last run with only them at ``-O0`` leaves their PTX
 and tc's ``TC_DEBUG_DIR`` dumps (the kernels' Triton source) in ``DIR``. About ``2 log2(kernels)`` runs of the
-command for one culprit.
+command for one culprit. ``--ways K`` splits each level into K parts run side by side (the GPU
+host has the cores and memory for several runs): about ``log_K(kernels)`` rounds of K runs for
+one culprit, where the halving takes ``2 log2``; where no part alone is enough, that level is
+halved as above.
 
 Only a diagnostic: a kernel found here is either a ptxas miscompile or undefined behaviour in
 the generated code (a race, an out-of-bounds read) that the optimiser turns into a wrong value.
@@ -24,6 +27,8 @@ the generated code (a race, an out-of-bounds read) that the optimiser turns into
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import itertools
 import os
 import shutil
 import subprocess
@@ -72,11 +77,13 @@ class Runner:
         (self.root / "site").mkdir()
         (self.root / "site" / "sitecustomize.py").write_text(SITECUSTOMIZE)
         self.runs = 0
+        self._numbers = itertools.count(1)
 
     def run(self, o0: set[str], label: str, keep: bool = False) -> tuple[bool, set[str]]:
         """Runs the command with ``o0`` built unoptimised: (right?, the kernels it built)."""
-        self.runs += 1
-        work = self.root / f"run{self.runs}"
+        number = next(self._numbers)  # runs of one round go side by side (``run_all``)
+        self.runs = max(self.runs, number)
+        work = self.root / f"run{number}"
         work.mkdir()
         record = work / "kernels.txt"
         record.touch()
@@ -88,7 +95,7 @@ class Runner:
         for var in ("TRITON_CACHE_DIR", "TC_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
             env[var] = str(work / var.lower())
         if keep and self.keep:
-            env["TC_BISECT_PTX"] = env["TC_DEBUG_DIR"] = str(self.keep / f"run{self.runs}")
+            env["TC_BISECT_PTX"] = env["TC_DEBUG_DIR"] = str(self.keep / f"run{number}")
             os.makedirs(env["TC_DEBUG_DIR"], exist_ok=True)
         log = work / "output.txt"
         try:
@@ -101,19 +108,39 @@ class Runner:
         built = {line[0] for line in lines}
         applied = {line[0] for line in lines if line[1:] == ["O0"]}
         if applied != o0:
-            sys.exit(f"run {self.runs} ({label}): {len(o0 - applied)} of the {len(o0)} kernels chosen "
+            sys.exit(f"run {number} ({label}): {len(o0 - applied)} of the {len(o0)} kernels chosen "
                      "were not built (a kernel's identity changed between runs)")
         if rc not in (0, self.wrong_exit):
-            sys.exit(f"run {self.runs} ({label}) ended with {rc}, neither right nor wrong; its output "
+            sys.exit(f"run {number} ({label}) ended with {rc}, neither right nor wrong; its output "
                      f"ends:\n{log.read_text()[-3000:]}")
         if self.keep:
             self.keep.mkdir(parents=True, exist_ok=True)
-            shutil.copy(log, self.keep / f"run{self.runs}.txt")
+            shutil.copy(log, self.keep / f"run{number}.txt")
         shutil.rmtree(work, ignore_errors=True)
         right = rc == 0
-        print(f"run {self.runs}: {label}: {len(o0)} of {len(built)} kernels at -O0 -> "
+        print(f"run {number}: {label}: {len(o0)} of {len(built)} kernels at -O0 -> "
               f"{'right' if right else 'wrong'}", flush=True)
         return right, built
+
+    def run_all(self, jobs: list[tuple[set[str], str]]) -> list[tuple[bool, set[str]]]:
+        """``run`` of each (o0, label), side by side."""
+        with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
+            return list(pool.map(lambda job: self.run(*job), jobs))
+
+
+def search(runner, candidates: list[str], held: set[str], ways: int) -> list[str]:
+    """``bisect``, with each level split into ``ways`` parts tried side by side: a part that alone
+    makes the answer right holds every culprit; where none does, the level is halved."""
+    if len(candidates) == 1 or ways <= 2:
+        return bisect(runner, candidates, held)
+    size = -(-len(candidates) // min(ways, len(candidates)))
+    parts = [candidates[i:i + size] for i in range(0, len(candidates), size)]
+    results = runner.run_all([(held | set(part), f"part {n + 1} of {len(parts)} ({len(part)})")
+                              for n, part in enumerate(parts)])
+    for part, (right, _) in zip(parts, results):
+        if right:
+            return search(runner, part, held, ways)
+    return bisect(runner, candidates, held)
 
 
 def bisect(runner: Runner, candidates: list[str], held: set[str]) -> list[str]:
@@ -137,6 +164,7 @@ def main() -> int:
     p.add_argument("--ptxas-options", default="--opt-level 0",
                    help="what the chosen kernels' ptxas gets (DISABLE_PTXAS_OPT=1 gives -g and -O0)")
     p.add_argument("--wrong-exit", type=int, default=3, help="the command's exit status when wrong")
+    p.add_argument("--ways", type=int, default=2, help="parts a level is split into, run side by side")
     p.add_argument("command", nargs=argparse.REMAINDER)
     args = p.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -151,7 +179,7 @@ def main() -> int:
     if not runner.run(set(kernels), "all")[0]:
         print(f"still wrong with every kernel built with {args.ptxas_options!r}")
         return 2
-    found = bisect(runner, kernels, set())
+    found = search(runner, kernels, set(), args.ways)
     print(f"\n{len(found)} kernel(s) whose optimised build makes the answer wrong "
           f"({runner.runs} runs of the command):")
     for ident in found:

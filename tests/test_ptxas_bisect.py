@@ -5,6 +5,7 @@ command alone)."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import textwrap
 from pathlib import Path
@@ -25,6 +26,10 @@ class FakeRunner:
         self.runs += 1
         return self.culprits <= o0, None
 
+    def run_all(self, jobs):
+        self.rounds = getattr(self, "rounds", 0) + 1
+        return [self.run(*job) for job in jobs]
+
 
 KERNELS = [f"k{i:02d}" for i in range(40)]
 
@@ -35,6 +40,16 @@ def test_bisect_finds_exactly_the_culprits(culprits):
     runner = FakeRunner(culprits)
     assert set(ptxas_bisect.bisect(runner, KERNELS, set())) == culprits
     assert runner.runs <= 2 * len(culprits) * 6 + 2  # about 2 log2(40) runs a culprit
+
+
+@pytest.mark.parametrize("ways", [3, 4, 8])
+@pytest.mark.parametrize("culprits", [{"k00"}, {"k39"}, {"k17"}, {"k03", "k31"}, {"k01", "k02", "k38"},
+                                      {"k10", "k11"}], ids=lambda c: "+".join(sorted(c)))
+def test_a_search_of_parts_side_by_side_finds_exactly_the_culprits(culprits, ways):
+    runner = FakeRunner(culprits)
+    assert set(ptxas_bisect.search(runner, KERNELS, set(), ways)) == culprits
+    if len(culprits) == 1:  # one culprit: a round of side-by-side runs a level
+        assert runner.rounds <= math.ceil(math.log(len(KERNELS), ways))
 
 
 def test_a_kernels_identity_ignores_its_debug_information():

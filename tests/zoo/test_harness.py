@@ -121,3 +121,21 @@ def test_a_model_with_a_float32_part_is_compared_to_float32s_rounding(monkeypatc
         off[0] = delta
         monkeypatch.setattr(harness, "FLOAT32_INSIDE", {"test/net": "a float32 part"} if inside else {})
         assert harness.run_case(_case(), "infer").match is ok, (delta, inside)
+
+
+def test_eager_hardsigmoid_backward_multiplies_by_a_float32_sixth():
+    """Why mobilenetv3 is in ``FLOAT32_INSIDE``: eager's float64 hardsigmoid backward is exactly
+    ``grad * float32(1/6)``, 3e-8 from ``grad / 6``, and tc's is ``grad * (1/6)`` in float64. If
+    torch's kernel changes, this fails and the entry should go."""
+    import numpy as np
+
+    from zoo_models import FLOAT32_INSIDE
+
+    x = torch.linspace(-2.9, 2.9, 1001, dtype=torch.float64)
+    g = torch.randn(1001, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    eager = torch.ops.aten.hardsigmoid_backward(g, x)
+    assert torch.equal(eager, g * float(np.float32(1 / 6)))
+    assert (eager - g / 6).abs().max() > 1e-9
+    compiled = tc.compile(lambda g, x: torch.ops.aten.hardsigmoid_backward(g, x))
+    torch.testing.assert_close(compiled(g, x), g / 6, rtol=1e-15, atol=0)
+    assert "timm/mobilenetv3_small_050" in FLOAT32_INSIDE

@@ -300,9 +300,14 @@ HF_CASES = [
 CASES = {case.name: case for case in TIMM_CASES + HF_CASES}
 
 # Models that compute part of their step in float32 whatever their dtype, so that in float64 tc
-# and eager agree only to float32's rounding there (a different summation order): the float64
-# comparisons (the rerun, TC_ZOO_FLOAT64=1) take them to harness.F32_INSIDE_TOL instead.
+# and eager agree only to float32's rounding there (a different summation order, or a float32
+# constant in eager's kernel): the float64 comparisons (the rerun, TC_ZOO_FLOAT64=1) take them to
+# harness.F32_INSIDE_TOL instead.
 FLOAT32_INSIDE = {
     "hf/t5": "T5LayerNorm takes its variance of hidden_states.to(torch.float32)",
     "hf/wav2vec2": "the CTC loss takes log_softmax(logits, dtype=torch.float32)",
+    # eager's hardsigmoid_backward kernel multiplies by 1.0f / 6.0f, a float32 constant, in float64
+    # too (grad * float32(1/6) exactly, 3e-8 from grad / 6); tc multiplies by the float64 1/6.
+    # The SE blocks' gates make it 1e-8 of the stem's gradient on the CPU, 8.5e-7 on the H200.
+    "timm/mobilenetv3_small_050": "eager's hardsigmoid backward multiplies by a float32 1/6",
 }

@@ -265,17 +265,29 @@ def test_column_reductions_keep_nan(dtype, monkeypatch):
         _same(compiled(x), (x.amax(0), *torch.min(x, 0), x.argmax(0)))
 
 
-@pytest.mark.parametrize("name", ["argmax", "argmin"])
-@pytest.mark.parametrize("rows, n", [(768, 6), (128, 36), (96, 49), (16, 1000), (4, 5000)])
-@pytest.mark.parametrize("dim", [1, 0])
+ARG_INDEX_CASES = pytest.mark.parametrize("name, rows, n, dim", [
+    (name, rows, n, dim) for name in ("argmax", "argmin") for rows, n in ((768, 6), (128, 36), (96, 49),
+                                                                          (16, 1000), (4, 5000)) for dim in (1, 0)])
+
+
+@ARG_INDEX_CASES
 def test_float64_arg_index_beside_other_loads(name, rows, n, dim):
     """argmax/argmin's int64 index accumulator (``tl.where(take, rindex, idx)``) in float64, fused
-    after a batch norm and ReLU of the row whose result is stored too: the shape of the int64
-    where-chain ptxas -O3 miscompiled beside float64 loads in max pooling (NOTES §30). Rows within
-    and beyond the persistent limit, over the last dim and the first (ReLU's zeros make ties, so
-    the first of equal values must win as in eager). On CUDA at tc's own configs; on the CPU the
-    interpreter runs the same graph."""
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    after a batch norm and ReLU of the row whose result is stored too: the shape of the where-chain
+    ptxas -O3 miscompiled beside float64 loads in max pooling (NOTES §30-31). Rows within and beyond
+    the persistent limit, over the last dim and the first (ReLU's zeros make ties, so the first of
+    equal values must win as in eager). Here under the interpreter; ``test_cuda_...`` on a GPU."""
+    _check_arg_index(name, rows, n, dim, "cpu")
+
+
+@pytest.mark.cuda
+@ARG_INDEX_CASES
+def test_cuda_float64_arg_index_beside_other_loads(name, rows, n, dim):
+    """The same on the GPU, at tc's own configs and ptxas -O3."""
+    _check_arg_index(name, rows, n, dim, "cuda")
+
+
+def _check_arg_index(name, rows, n, dim, device):
     g = torch.Generator().manual_seed(rows * n + dim)
     shape = (rows, n) if dim == 1 else (n, rows)
     stat_shape = (rows, 1) if dim == 1 else (1, rows)

@@ -14,7 +14,8 @@ around it (eager scatters, which cannot). The indices must be the forward's, as 
 kernel and torch.compile's lowering: an index outside its window is not looked for.
 
 The forward's index math is int32 where the plane allows (``_index_dtype``: a GPU miscompile of
-the int64 form). Windows of more than ``MAX_WINDOW`` elements decline:
+the int64 form). Windows of more than ``MAX_WINDOW`` elements decline, and so does the forward in
+float64 on CUDA (``_check_forward_device``: a second ptxas miscompile of its index chain):
 eager's kernel, as an extern call (the forward's torch decomposition is not used:
 ``decompositions.WRONG_DECOMPOSITIONS``).
 """
@@ -88,6 +89,17 @@ def _index_dtype(sizes: tuple) -> torch.dtype:
     (12.8, 12.9, 13.0) with wrong indices, and right at -O0 or in int32 (NOTES §30)."""
     plane = math.prod(sizes)
     return torch.int32 if isinstance(plane, int) and plane < 2**31 else torch.int64
+
+
+def _check_forward_device(x: TensorValue, device: Any) -> None:
+    """float64 on CUDA declines (eager's kernel). The forward's where-chain of window positions,
+    chosen by float64 comparisons, came out of ptxas -O3 wrong twice on the H200: first in int64
+    (§30, fixed by int32 index math), then in int32 inside a horizontally fused kernel (timm's
+    inception_v3 training in float64: a 3x3/2 pooling's indices over 11x11 and 5x5 maps, gradients
+    off by up to 39; right with that one kernel at -O0, NOTES §31). float32 and bfloat16 forwards
+    passed every GPU check and stay generated; the backward stays generated in every dtype."""
+    if x.dtype == torch.float64 and torch.device(device).type == "cuda":
+        raise Unsupported("float64 max pooling on CUDA (a ptxas miscompile of its index chain)")
 
 
 def _always(condition: sympy.Expr) -> bool:
@@ -166,6 +178,7 @@ def _max_pool(n: int):
         if math.prod(params[0]) > MAX_WINDOW:
             raise Unsupported(f"a window of {math.prod(params[0])} elements")
         values_spec, indices_spec = ctx.spec
+        _check_forward_device(x, values_spec.device)
         shape = tuple(values_spec.shape)
         # the input is read once per window element: a value that is itself such a gather is stored
         if isinstance(x, Pointwise) and _loads(x) > 8:
