@@ -4,6 +4,8 @@
 # Usage there: bash benchmarks/gpu_suite.sh [tests|bench|f64zoo|soundness|all]   (logs go to $OUT when set)
 #   f64zoo: the zoo in float64 alone with CNNs 32 pixels larger (any wrong kernel shows; NOTES §30)
 #   soundness: the cuda tests and the float64 zoo side by side (one device call; each line a test)
+#   bisect CASE TASK [SIZE]: ptxas_bisect.py --ways 6 on a zoo case in float64 (which kernel's -O3
+#     build makes it wrong; the culprit's PTX and Triton source are packed into $OUT/bisect.tgz)
 # Wheels in .whl/ (gitignored: expecttest, pytest-xdist, execnet; the host has no index) are
 # installed first when carried; with xdist the tests and the zoo run 4 at a time.
 set -uo pipefail
@@ -33,7 +35,12 @@ case "$what" in
   soundness)  # side by side; -v so that a run cut by its timeout still names every test that ended
     TC_COMPILE_WORKERS=4 cuda_tests -v > "$OUT/cuda_tests.tail" & TC_COMPILE_WORKERS=4 f64zoo -v > "$OUT/zoo_f64.tail" &
     wait; grep -c PASSED "$OUT/cuda_tests.log" "$OUT/zoo_f64.log"; grep -E "FAILED|ERROR" "$OUT/cuda_tests.log" "$OUT/zoo_f64.log" | head -60
-    tail -5 "$OUT/cuda_tests.log" "$OUT/zoo_f64.log" ;;
+    tail -n 5 "$OUT/cuda_tests.log" "$OUT/zoo_f64.log" ;;
+  bisect)
+    TC_ZOO_DEVICE=cuda TC_COMPILE_WORKERS=3 timeout 560 python3 benchmarks/ptxas_bisect.py --ways 6 --timeout 150 \
+      --keep "$OUT/bisect" -- python3 benchmarks/zoo_case_errors.py "$2" "$3" --float64 ${4:+--image-size $4} --top 4 \
+      2>&1 | tee "$OUT/bisect.log" | tail -40
+    tar czf "$OUT/bisect.tgz" -C "$OUT" bisect && rm -rf "$OUT/bisect" ;;
 esac
 if [ "$what" = bench ] || [ "$what" = all ]; then
   for b in benchmarks/kernels.py benchmarks/overhead.py; do
