@@ -3,7 +3,7 @@
 # the cuda-marked tests of every package, then the kernel, overhead and CUDA-graph benchmarks.
 # Usage there: bash benchmarks/gpu_suite.sh [tests|bench|f64zoo|soundness|all]   (logs go to $OUT when set)
 #   f64zoo: the zoo in float64 alone with CNNs 32 pixels larger (any wrong kernel shows; NOTES §30)
-#   soundness: the cuda tests and the float64 zoo side by side (one device call; each line a test)
+#   soundness: the cuda tests beside the float64 zoo, then the float32 zoo (one device call; -v)
 #   bisect CASE TASK [SIZE]: ptxas_bisect.py --ways 6 on a zoo case in float64 (which kernel's -O3
 #     build makes it wrong; the culprit's PTX and Triton source are packed into $OUT/bisect.tgz)
 # Wheels in .whl/ (gitignored: expecttest, pytest-xdist, execnet; the host has no index) are
@@ -24,18 +24,23 @@ cuda_tests() {  # $1: pytest's verbosity flag
   timeout 540 python3 -m pytest -p no:cacheprovider "$1" -rfE $XDIST -m cuda packages tests > "$OUT/cuda_tests.log" 2>&1
   tail -40 "$OUT/cuda_tests.log"
 }
-f64zoo() {
-  TC_ZOO_DEVICE=cuda TC_ZOO=full TC_ZOO_FLOAT64=1 TC_ZOO_IMAGE_GROW=32 TC_ZOO_RESULTS="$OUT/zoo_f64.md" \
-    timeout 540 python3 -m pytest -p no:cacheprovider "$1" -rfE $XDIST tests/zoo/test_zoo.py > "$OUT/zoo_f64.log" 2>&1
-  tail -30 "$OUT/zoo_f64.log"
+zoo() {  # $1: f64 or f32, $2: pytest's verbosity flag, $3: seconds it may take
+  local env=(TC_ZOO_DEVICE=cuda TC_ZOO=full TC_ZOO_RESULTS="$OUT/zoo_$1.md")
+  [ "$1" = f64 ] && env+=(TC_ZOO_FLOAT64=1 TC_ZOO_IMAGE_GROW=32)
+  env "${env[@]}" timeout "$3" python3 -m pytest -p no:cacheprovider "$2" -rfE $XDIST tests/zoo/test_zoo.py \
+    > "$OUT/zoo_$1.log" 2>&1
+  tail -30 "$OUT/zoo_$1.log"
 }
 case "$what" in
   tests|all) cuda_tests -q ;;
-  f64zoo) f64zoo -q ;;
-  soundness)  # side by side; -v so that a run cut by its timeout still names every test that ended
-    TC_COMPILE_WORKERS=4 cuda_tests -v > "$OUT/cuda_tests.tail" & TC_COMPILE_WORKERS=4 f64zoo -v > "$OUT/zoo_f64.tail" &
-    wait; grep -c PASSED "$OUT/cuda_tests.log" "$OUT/zoo_f64.log"; grep -E "FAILED|ERROR" "$OUT/cuda_tests.log" "$OUT/zoo_f64.log" | head -60
-    tail -n 5 "$OUT/cuda_tests.log" "$OUT/zoo_f64.log" ;;
+  f64zoo) zoo f64 -q 540 ;;
+  soundness)  # side by side; -v so that a run cut by its timeout still names every test that ended.
+    # The float64 zoo took 203 s on the H200 (§31): the float32 zoo follows it in the time left.
+    TC_COMPILE_WORKERS=4 cuda_tests -v > "$OUT/cuda_tests.tail" &
+    ( start=$SECONDS; TC_COMPILE_WORKERS=4 zoo f64 -v 400 > "$OUT/zoo_f64.tail"
+      left=$((530 - SECONDS + start)); [ "$left" -gt 60 ] && TC_COMPILE_WORKERS=4 zoo f32 -v "$left" > "$OUT/zoo_f32.tail" ) &
+    wait; logs=("$OUT"/cuda_tests.log "$OUT"/zoo_f*.log)
+    grep -c PASSED "${logs[@]}"; grep -E "FAILED|ERROR" "${logs[@]}" | head -60; tail -n 3 "${logs[@]}" ;;
   bisect)
     TC_ZOO_DEVICE=cuda TC_COMPILE_WORKERS=3 timeout 560 python3 benchmarks/ptxas_bisect.py --ways 6 --timeout 150 \
       --keep "$OUT/bisect" -- python3 benchmarks/zoo_case_errors.py "$2" "$3" --float64 ${4:+--image-size $4} --top 4 \
