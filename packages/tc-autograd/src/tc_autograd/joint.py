@@ -25,6 +25,7 @@ from .attention import bind_attention
 from .checkpoint import bind_recompute
 from .cond import bind_higher_order
 from .functionalize import storage_groups
+from .rnn import bind_rnn
 from .symbolic import Symbols, graph_symbols
 from .trace import Recorder, clean_spec, has_tensor, interpret_unwrapped, refusing_data_dependence
 
@@ -213,7 +214,7 @@ def trace(graph: tc_ir.Graph, inputs: Sequence[Any], decompositions: dict | None
     with mode, rec, torch.set_grad_enabled(training), _no_autocast_leak(), torch.backends.cudnn.flags(enabled=False), \
             symbolic_dispatch(symbols):
         runnable = symbols.runnable(graph) if symbols else graph
-        outs = interpret_unwrapped(bind_recompute(bind_attention(bind_higher_order(runnable, rec)), rec), fakes)
+        outs = interpret_unwrapped(bind_recompute(bind_rnn(bind_attention(bind_higher_order(runnable, rec))), rec), fakes)
     nodes: list[tc_ir.Node] = []
     tensors: list[torch.Tensor] = []
     shared = _shared_storages(outs, rec)
