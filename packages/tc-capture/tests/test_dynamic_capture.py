@@ -208,9 +208,29 @@ def test_strides_dense_permutations_are_symbolic_other_layouts_specialise():
     assert len(be.graphs) == 1
     assert be.graphs[0].inputs[0].spec.shape == (S0, S1) and be.graphs[0].inputs[0].spec.stride == (1, S0)
     for T in [4, 6]:
-        x = torch.randn(3, 2 * T)[:, ::2]  # strided: static
+        x = torch.randn(3, 2 * T)[:, ::2]  # a constant stride inside, dense outside: symbolic
         tree_close(cm(x), f(x))
-    assert len(be.graphs) == 3 and be.graphs[1].inputs[0].spec.is_static
+    assert len(be.graphs) == 2 and be.graphs[1].inputs[0].spec.stride == (2 * S1, 2)
+    for T in [4, 6]:
+        x = torch.randn(3, T + 1)[:, :T]  # a gap outside a symbol (stride s1 + 1): static
+        tree_close(cm(x), f(x))
+    assert len(be.graphs) == 4 and be.graphs[2].inputs[0].spec.is_static
+
+
+def test_row_slices_of_a_changing_batch_share_one_graph():
+    # A mixture-of-experts layer's tokens per expert: ``linear(x[idx], w).chunk(2, -1)`` gives
+    # [n, 6] at stride (12, 1) for a new n every call; each resume of the expert loop got a graph
+    # per n until the recompile limit, as the layout was not a permutation of contiguous.
+    def f(gate, up):
+        return F.silu(gate) * up
+
+    cm, be = compiled(f, None)
+    for n in [5, 7, 9, 12, 3]:
+        gate, up = torch.randn(n, 12).chunk(2, dim=-1)
+        tree_close(cm(gate, up), f(gate, up))
+    assert len(be.graphs) == 2
+    spec = be.graphs[1].inputs[0].spec
+    assert isinstance(spec.shape[0], sympy.Symbol) and spec.shape[1:] == (6,) and spec.stride == (12, 1)
 
 
 def test_mark_dynamic_bounds_are_guarded(caplog):

@@ -15,7 +15,7 @@ from ..cache.default_device import default_device
 from ..cache.guards import GuardSet, is_constant_tuple
 from . import optimizers
 from .base import NULL, Unsupported
-from .symbols import DynamicPolicy, Sizes, dense_order
+from .symbols import DynamicPolicy, Sizes, symbolic_layout
 from .variables import NULL_V, BoundV, Const, DictV, ExitV, IterV, ListV, TensorV, TupleV, V, ViewV
 
 _EQ_TYPES = (int, float, bool, str, bytes, complex, type(None), torch.dtype, torch.device,
@@ -231,10 +231,10 @@ class Session:
             # results, other kernels): graphs of torch ops would drop them.
             raise Unsupported(f"a {type(value).__qualname__} input (a torch.Tensor subclass)")
         dims = self.dynamic.dims(source.expr, value, source.gated) if self.dynamic is not None else {}
-        if dims and dense_order(value) is not None:
+        if dims and symbolic_layout(value, dims) is not None:
             fake = self._symbolic_input(value, source, dims)
             spec = tc_ir.TensorSpec.from_tensor(fake)  # over the ShapeEnv's symbols until ``finish``
-        else:  # static, or a layout other than a permutation of contiguous: specialised
+        else:  # static, or a layout no symbols can describe (symbolic_layout): specialised
             self.guards.tensor(source, value)
             fake = self.fake_mode.from_tensor(value, static_shapes=True)
             spec = tc_ir.TensorSpec.from_tensor(value)

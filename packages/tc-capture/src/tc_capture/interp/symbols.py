@@ -91,13 +91,33 @@ def _in_range(size: int, r: tuple) -> bool:
 def dense_order(t: torch.Tensor) -> list[int] | None:
     """The dims of ``t`` from outermost to innermost when it is a permutation of a contiguous
     tensor (every stride the product of the sizes inside it), else ``None``."""
-    order = sorted(range(t.dim()), key=lambda d: -t.stride(d))
-    running = 1
-    for d in reversed(order):
-        if t.stride(d) != running:
+    layout = symbolic_layout(t, set())
+    return None if layout is None or any(s is not None for _, s in layout) else [d for d, _ in reversed(layout)]
+
+
+def symbolic_layout(t: torch.Tensor, dims: set[int] | dict) -> list[tuple[int, int | None]] | None:
+    """How ``t``'s strides read when ``dims`` are size symbols: its dims from innermost to
+    outermost, each with ``None`` (its stride is the product of the sizes inside it) or a
+    constant stride, larger than that product, which only a dim outside every dim in ``dims``
+    may have (a row slice ``x[:, :6]`` of an ``[n, 12]`` tensor: ``[s0, 6]`` at stride ``(12, 1)``
+    for every ``s0``, where a constant stride inside a symbol would hold for one size only).
+    ``None`` when no such reading exists (overlapping memory, a gap inside a symbolic dim, or no
+    elements: a zero-size tensor's strides are arbitrary, and it stays static as a whole)."""
+    if t.numel() == 0:
+        return None
+    order = sorted(range(t.dim()), key=lambda d: (t.stride(d), t.shape[d]))
+    layout, running, symbolic = [], 1, False
+    for d in order:
+        if t.stride(d) == running:
+            layout.append((d, None))
+        elif t.stride(d) > running and not symbolic:
+            layout.append((d, t.stride(d)))
+            running = t.stride(d)
+        else:
             return None
         running *= t.shape[d]
-    return order
+        symbolic = symbolic or d in dims
+    return layout
 
 
 # ---- one capture's sizes -------------------------------------------------------------------------------
@@ -122,8 +142,9 @@ class Sizes:
         self.ranges: list[tuple[_Sym, int | None, int | None]] = []
 
     def fake_input(self, fake_mode, t: torch.Tensor, dims: dict, source, read: str, where: str) -> tuple:
-        """A fake of ``t`` whose ``dims`` are symbols, laid out as ``t`` is (a permutation of
-        contiguous: ``dense_order``); returns (fake, the guard code of its strides)."""
+        """A fake of ``t`` whose ``dims`` are symbols, laid out as ``t`` is (``symbolic_layout``:
+        a permutation of contiguous, or with constant strides outside the symbols); returns (fake,
+        the guard code of its strides)."""
         sizes: list = list(t.shape)
         for d, (lo, hi) in sorted(dims.items()):
             hint = int(t.shape[d])
@@ -138,7 +159,9 @@ class Sizes:
             sizes[d] = self.env.create_symintnode(made, hint=hint)
         strides, stride_read = [0] * t.dim(), [""] * t.dim()
         running, running_read = 1, []
-        for d in reversed(dense_order(t)):
+        for d, constant in symbolic_layout(t, dims):
+            if constant is not None:  # outside every symbol (symbolic_layout): a number
+                running, running_read = constant, [str(constant)]
             strides[d], stride_read[d] = running, " * ".join(running_read) or "1"
             running = running * sizes[d]
             running_read = running_read + [f"{read}.shape[{d}]" if d in dims else str(t.shape[d])]
