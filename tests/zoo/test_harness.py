@@ -128,7 +128,6 @@ def test_eager_hardsigmoid_backward_multiplies_by_a_float32_sixth():
     ``grad * float32(1/6)``, 3e-8 from ``grad / 6``, and tc's is ``grad * (1/6)`` in float64. If
     torch's kernel changes, this fails and the entry should go."""
     import numpy as np
-
     from zoo_models import FLOAT32_INSIDE
 
     x = torch.linspace(-2.9, 2.9, 1001, dtype=torch.float64)
