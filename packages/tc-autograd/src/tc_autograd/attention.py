@@ -20,18 +20,14 @@ import torch.nn.functional as F
 
 import tc_ir
 
+from .trace import retarget_calls
+
 _SDPA = {F.scaled_dot_product_attention, torch.ops.aten.scaled_dot_product_attention.default}
 
 
 def bind_attention(graph: tc_ir.Graph) -> tc_ir.Graph:
     """``graph``, or a copy whose SDPA calls densify a mask whose last dimension is broadcast."""
-    if not any(n.target in _SDPA for n in graph.calls):
-        return graph
-    graph = graph.copy()
-    for node in graph.calls:
-        if node.target in _SDPA:
-            node.target = sdpa_with_dense_mask
-    return graph
+    return retarget_calls(graph, _SDPA, lambda _: sdpa_with_dense_mask)
 
 
 def sdpa_with_dense_mask(query: Any, key: Any, value: Any, *args: Any, **kwargs: Any) -> Any:

@@ -18,18 +18,14 @@ import torch
 
 import tc_ir
 
+from .trace import retarget_calls
+
 _RNN = {torch.lstm}  # torch._VF.lstm is this function; GRU and plain RNNs have no oneDNN path
 
 
 def bind_rnn(graph: tc_ir.Graph) -> tc_ir.Graph:
     """``graph``, or a copy whose LSTM calls run without oneDNN while grad mode is on."""
-    if not any(n.target in _RNN for n in graph.calls):
-        return graph
-    graph = graph.copy()
-    for node in graph.calls:
-        if node.target in _RNN:
-            node.target = WithoutOneDNN(node.target)
-    return graph
+    return retarget_calls(graph, _RNN, WithoutOneDNN)
 
 
 class WithoutOneDNN:

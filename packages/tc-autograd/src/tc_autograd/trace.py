@@ -77,6 +77,17 @@ def _refusal(found: BaseException, where: str) -> DataDependentError:
                               "(its result depends on tensor values)")
 
 
+def retarget_calls(graph: tc_ir.Graph, targets: Any, make: Callable[[Any], Any]) -> tc_ir.Graph:
+    """``graph``, or a copy whose calls of any of ``targets`` call ``make(target)`` instead."""
+    if not any(n.target in targets for n in graph.calls):
+        return graph
+    graph = graph.copy()
+    for node in graph.calls:
+        if node.target in targets:
+            node.target = make(node.target)
+    return graph
+
+
 def interpret_unwrapped(graph: tc_ir.Graph, inputs: Sequence[Any]) -> Any:
     """``tc_ir.interpret``, but a ``NotImplementedError`` (something tc_autograd cannot do yet)
     surfaces as itself, with the failing node in a note, so callers can fall back to eager; a
