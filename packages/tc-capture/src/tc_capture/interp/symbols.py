@@ -88,13 +88,6 @@ def _in_range(size: int, r: tuple) -> bool:
     return (lo is None or size >= lo) and (hi is None or size <= hi)
 
 
-def dense_order(t: torch.Tensor) -> list[int] | None:
-    """The dims of ``t`` from outermost to innermost when it is a permutation of a contiguous
-    tensor (every stride the product of the sizes inside it), else ``None``."""
-    layout = symbolic_layout(t, set())
-    return None if layout is None or any(s is not None for _, s in layout) else [d for d, _ in reversed(layout)]
-
-
 def symbolic_layout(t: torch.Tensor, dims: set[int] | dict) -> list[tuple[int, int | None]] | None:
     """How ``t``'s strides read when ``dims`` are size symbols: its dims from innermost to
     outermost, each with ``None`` (its stride is the product of the sizes inside it) or a
