@@ -108,6 +108,20 @@ TIMM_CASES = [
     # 24% at 107 and 139), decided by the harness's float64 rerun (inception_v3's smallest size: 75)
     _timm("hgnetv2_b0", 64),
     _timm("inception_v3", 75),
+    # families added in the fourteenth session: hardswish/hardsigmoid (lcnet), train-time
+    # multi-branch re-parameterisable blocks (repvgg), squeeze-excitation (regnety), split
+    # attention with a radix softmax (resnest), LSTMs over rows and columns (sequencer2d), mask-unit
+    # attention with unroll/reroll (hiera), multi-resolution fusion with nearest upsampling (hrnet),
+    # ReLU linear attention (efficientvit), attention with a learned 2D bias table (efficientformerv2)
+    _timm("lcnet_050", 64),
+    _timm("repvgg_a0", 64),
+    _timm("regnety_002", 64),
+    _timm("resnest14d", 64),
+    _timm("sequencer2d_s", 32, layers=(1, 1, 1, 1)),
+    _timm("hiera_tiny_224", 64, img_size=64, stages=(1, 1, 1, 1), drop_path_rate=0.0),
+    _timm("hrnet_w18_small", 64),
+    _timm("efficientvit_b0", 64),
+    _timm("efficientformerv2_s0", 64, img_size=64, drop_path_rate=0.0),
 ]
 
 
@@ -133,13 +147,17 @@ def _hf_loss(out: Any, inputs: dict[str, Any]) -> torch.Tensor:
 def _hf(name: str, model_cls: str, config_cls: str, masked_lm: bool, fast: bool = False,
         seq2seq: bool = False, inputs: Callable[[torch.Generator], dict[str, Any]] | None = None,
         loss: Callable[[Any, dict[str, Any]], torch.Tensor] = _hf_loss, attn: str = "sdpa",
-        **config: Any) -> ZooCase:
+        experts: str | None = None, **config: Any) -> ZooCase:
     """An HF model from its config; token inputs unless ``inputs`` makes others (audio, images).
-    ``attn="eager"`` for the architectures that HF has no SDPA attention for."""
+    ``attn="eager"`` for the architectures that HF has no SDPA attention for; ``experts`` picks a
+    mixture-of-experts model's expert implementation ("eager": a Python loop over the experts hit,
+    with data-dependent token sets; "grouped_mm", transformers' default: one grouped matmul)."""
     def build() -> torch.nn.Module:
         import transformers
         cfg = getattr(transformers, config_cls)(**config)
         cfg._attn_implementation = attn
+        if experts is not None:
+            cfg._experts_implementation = experts
         return getattr(transformers, model_cls)(cfg)
     make = inputs if inputs is not None else lambda g: _tokens(g, masked_lm, seq2seq)
     return ZooCase(f"hf/{name}", "hf", build, make, loss, fast=fast)
@@ -172,6 +190,10 @@ def _pixels(size: int, **extra: Callable[[torch.Generator], torch.Tensor]):
         return {"pixel_values": torch.randn(IMAGE_BATCH, 3, size, size, generator=g),
                 **{k: f(g) for k, f in extra.items()}}
     return make
+
+
+def _image_labels(g: torch.Generator) -> torch.Tensor:
+    return torch.randint(0, CLASSES, (IMAGE_BATCH,), generator=g)
 
 
 def _text_and_image(g: torch.Generator) -> dict[str, Any]:
@@ -295,6 +317,30 @@ HF_CASES = [
         num_labels=CLASSES, depths=[1, 1, 1, 1], hidden_sizes=[8, 16, 32, 64], num_attention_heads=[1, 2, 4, 8],
         decoder_hidden_size=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
         classifier_dropout_prob=0.0, drop_path_rate=0.0),
+    # families added in the fourteenth session: mixture-of-experts routing (topk, one_hot, a loop
+    # over the experts hit with torch.where and index_add_; OLMoE through grouped_mm, Qwen2-MoE
+    # with a shared expert), Mamba's selective scan (the slow pure-torch path: a loop over time),
+    # RWKV's time-mixing recurrence, Qwen3's per-head q/k RMS norm, DINOv2 (layer scale,
+    # interpolated position embeddings), SwinV2 (cosine attention, log-spaced continuous position bias)
+    _hf("mixtral", "MixtralForCausalLM", "MixtralConfig", False, experts="eager", num_key_value_heads=2,
+        num_local_experts=4, num_experts_per_tok=2, router_jitter_noise=0.0, **_DECODER),
+    _hf("olmoe", "OlmoeForCausalLM", "OlmoeConfig", False, num_key_value_heads=2, num_experts=4,
+        num_experts_per_tok=2, **{**_DECODER, "intermediate_size": 32}),  # grouped_mm: 16-byte strides
+    _hf("qwen2_moe", "Qwen2MoeForCausalLM", "Qwen2MoeConfig", False, experts="eager", num_key_value_heads=2,
+        num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, shared_expert_intermediate_size=24,
+        decoder_sparse_step=1, **_DECODER),
+    _hf("mamba", "MambaForCausalLM", "MambaConfig", False, attn="eager", vocab_size=VOCAB, hidden_size=32,
+        state_size=8, num_hidden_layers=2, expand=2, conv_kernel=4, use_mambapy=False),
+    _hf("rwkv", "RwkvForCausalLM", "RwkvConfig", False, attn="eager", vocab_size=VOCAB, hidden_size=32,
+        num_hidden_layers=2, attention_hidden_size=32, intermediate_size=37, context_length=64),
+    _hf("qwen3", "Qwen3ForCausalLM", "Qwen3Config", False, num_key_value_heads=2, head_dim=8, **_DECODER),
+    _hf("dinov2", "Dinov2ForImageClassification", "Dinov2Config", False, inputs=_pixels(32, labels=_image_labels),
+        num_labels=CLASSES, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2, image_size=32,
+        patch_size=8, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, drop_path_rate=0.0),
+    _hf("swinv2", "Swinv2ForImageClassification", "Swinv2Config", False, attn="eager",
+        inputs=_pixels(32, labels=_image_labels), num_labels=CLASSES, image_size=32, patch_size=2, embed_dim=16,
+        depths=[1, 1], num_heads=[2, 4], window_size=4, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        drop_path_rate=0.0),
 ]
 
 CASES = {case.name: case for case in TIMM_CASES + HF_CASES}
