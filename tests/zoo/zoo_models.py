@@ -108,7 +108,7 @@ TIMM_CASES = [
     # 24% at 107 and 139), decided by the harness's float64 rerun (inception_v3's smallest size: 75)
     _timm("hgnetv2_b0", 64),
     _timm("inception_v3", 75),
-    # families added in the fourteenth session: hardswish/hardsigmoid (lcnet), train-time
+    # families added 2026-12-02: hardswish/hardsigmoid (lcnet), train-time
     # multi-branch re-parameterisable blocks (repvgg), squeeze-excitation (regnety), split
     # attention with a radix softmax (resnest), LSTMs over rows and columns (sequencer2d), mask-unit
     # attention with unroll/reroll (hiera), multi-resolution fusion with nearest upsampling (hrnet),
@@ -317,7 +317,7 @@ HF_CASES = [
         num_labels=CLASSES, depths=[1, 1, 1, 1], hidden_sizes=[8, 16, 32, 64], num_attention_heads=[1, 2, 4, 8],
         decoder_hidden_size=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
         classifier_dropout_prob=0.0, drop_path_rate=0.0),
-    # families added in the fourteenth session: mixture-of-experts routing (topk, one_hot, a loop
+    # families added 2026-12-02: mixture-of-experts routing (topk, one_hot, a loop
     # over the experts hit with torch.where and index_add_; OLMoE through grouped_mm, Qwen2-MoE
     # with a shared expert), Mamba's selective scan (the slow pure-torch path: a loop over time),
     # RWKV's time-mixing recurrence, Qwen3's per-head q/k RMS norm, DINOv2 (layer scale,
