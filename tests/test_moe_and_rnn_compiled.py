@@ -1,4 +1,4 @@
-"""Architectures the zoo met in its fourteenth session, in a few lines each, through ``tc.compile``
+"""Architectures the zoo met on 2026-12-02, in a few lines each, through ``tc.compile``
 with the default back end, against eager on fresh inputs (values and every gradient):
 
 - a mixture-of-experts layer as transformers writes it without grouped_mm: a loop over the
