@@ -12,6 +12,11 @@ where it is much further from float64 than eager is. ``TC_ZOO_DEVICE=cuda`` runs
 correct compiler then agrees with eager to ~1e-10 however ill-conditioned the model, so an
 error of a float32 size there is tc's, not the model's conditioning.
 
+``--cpu-reference`` (with ``--float64`` on the GPU) makes the float64 run eager's on the CPU: a
+second correct implementation. For a model that computes parts in float32 whatever its dtype
+(``zoo_models.FLOAT32_INSIDE``), |eager-f64| is then how far two correct float64 runs of it lie
+apart, the yardstick for tc's |tc-eager|.
+
 Exits 3 when a tensor fails (so ``ptxas_bisect.py`` can tell a wrong answer from a crash), else 0.
 """
 
@@ -41,6 +46,7 @@ def main() -> int:
     p.add_argument("task", choices=("infer", "train"))
     p.add_argument("--top", type=int, default=12)
     p.add_argument("--float64", action="store_true", help="eager and tc both in float64")
+    p.add_argument("--cpu-reference", action="store_true", help="the float64 run is eager's on the CPU")
     p.add_argument("--image-size", type=int, help="another input size for an image case")
     args = p.parse_args()
     case = next(c for c in zoo_models.TIMM_CASES + zoo_models.HF_CASES if c.name == args.case)
@@ -54,6 +60,8 @@ def main() -> int:
         eager = eager.double()
     harness._set_mode(eager, args.task)
     compiled_model, reference = copy.deepcopy(eager), copy.deepcopy(eager).double()
+    if args.cpu_reference:
+        reference = reference.cpu()
     compiled = tc.compile(compiled_model)
     rtol, atol = harness.TOL[args.task]
     any_failed = False
@@ -62,7 +70,8 @@ def main() -> int:
         if args.float64:
             inputs = {k: v.double() if v.is_floating_point() else v for k, v in inputs.items()}
         want = harness._run(eager, case, inputs, args.task)
-        f64 = harness._float64_run(reference, case, inputs, args.task)
+        f64 = harness._float64_run(reference, case, _on(inputs, next(reference.parameters()).device), args.task)
+        f64 = {name: t.to(harness.DEVICE) for name, t in f64.items()}
         got = harness._run(compiled, case, inputs, args.task, compiled_model)
         rows = []
         for name, w in want.items():
@@ -83,6 +92,10 @@ def main() -> int:
         for err, name, e64, t64, verdict in rows[:args.top] + failed[:args.top]:
             print(f"  {name[:48]:48} {err:11.3e} {e64:12.3e} {t64:10.3e}  {verdict}")
     return 3 if any_failed else 0
+
+
+def _on(inputs: dict, device: torch.device) -> dict:
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
 
 
 if __name__ == "__main__":
