@@ -356,4 +356,9 @@ FLOAT32_INSIDE = {
     # too (grad * float32(1/6) exactly, 3e-8 from grad / 6); tc multiplies by the float64 1/6.
     # The SE blocks' gates make it 1e-8 of the stem's gradient on the CPU, 8.5e-7 on the H200.
     "timm/mobilenetv3_small_050": "eager's hardsigmoid backward multiplies by a float32 1/6",
+    # the same float32 sixth in its SE gates: in float64 on the H200 (2026-12-03), eager on the GPU
+    # is 3.0e-6 from eager on the CPU in conv_stem's gradient, tc 2.5e-8 from the CPU (NOTES §32)
+    "timm/lcnet_050": "eager's hardsigmoid backward multiplies by a float32 1/6",
+    # on the H200 in float64: eager GPU 1.4e-6 from eager CPU in a gradient, tc 6.6e-7 from the CPU
+    "timm/efficientvit_b0": "LiteMLA._attn computes q, k and v as .float()",
 }

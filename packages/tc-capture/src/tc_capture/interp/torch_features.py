@@ -18,6 +18,8 @@
 * ``torch.compiler.allow_in_graph``: the function becomes one graph node (read from Dynamo's
   registry when Dynamo is loaded; the registry exists only after a call of it).
 * ``torch.func``/``torch.vmap`` transforms: a break with a reason.
+* ``torch._higher_order_ops.associative_scan`` in ``"pointwise"`` mode: captured as ops, its
+  ``combine_fn`` inlined (scans.py says why: torch's eager run of it is wrong on the GPU).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import torch.utils.checkpoint
 import tc_ir
 
 from .base import OPTIM_DIR, Unsupported, call_function, real_path
+from . import scans
 from .record import _spec, record, wrap_result
 from .subgraphs import trace_sub
 from .variables import Const, DictV, ListV, ObjV, TensorV, TupleV, V
@@ -54,6 +57,53 @@ def rule(value):
         return _func_transform
     if _allowed_in_graph(value):
         return _in_graph
+    scan_module = sys.modules.get("torch._higher_order_ops.associative_scan")  # no user has it unimported
+    if scan_module is not None and value is getattr(scan_module, "associative_scan", None):
+        return _associative_scan
+    return None
+
+
+# ---- associative_scan -------------------------------------------------------------------------
+def _associative_scan(f, fn: Const, args, kwargs) -> V:
+    """A ``"pointwise"`` scan of tensors as :func:`scans.inclusive_scan`; anything torch would
+    refuse or that is not of that mode is a break, so that torch's own call decides (and errs)."""
+    try:
+        bound = scans.scan_arguments(fn.value, args, kwargs).arguments
+    except TypeError as e:
+        raise Unsupported(f"associative_scan{e}") from e
+    dim, reverse, mode = (_constant(bound[k]) for k in ("dim", "reverse", "combine_mode"))
+    if mode != "pointwise":
+        raise Unsupported(f"associative_scan(combine_mode={mode!r}) runs in Python (its combine_fn is vmapped)")
+    leaves = _tensor_leaves(bound["xs"])
+    if not leaves or not isinstance(dim, int) or isinstance(dim, bool) or not isinstance(reverse, bool):
+        raise Unsupported("associative_scan needs tensors in tuples, lists or dicts, an int dim and a bool reverse")
+    ndim = leaves[0].fake.dim()
+    if any(t.fake.dim() != ndim or t.fake.device.type not in scans.POINTWISE_DEVICES for t in leaves) \
+            or not -ndim <= dim < ndim or any(t.fake.shape[dim] == 0 for t in leaves):
+        raise Unsupported("associative_scan of these tensors runs in Python (torch checks them)")
+    return call_function(f, Const(scans.inclusive_scan), [bound["combine_fn"], bound["xs"], Const(dim % ndim),
+                                                         Const(reverse)], {})
+
+
+def _constant(v):
+    if isinstance(v, V) and not isinstance(v, Const):
+        raise Unsupported("associative_scan's dim, reverse and combine_mode must be constants")
+    return v.value if isinstance(v, Const) else v
+
+
+def _tensor_leaves(v: V) -> list[TensorV] | None:
+    """The tensors of a tuple/list/dict tree, or None where it holds anything else."""
+    if isinstance(v, TensorV):
+        return [v]
+    if isinstance(v, (TupleV, ListV, DictV)) and getattr(v, "cls", tuple) in (tuple, list, dict):
+        items = v.items.values() if isinstance(v, DictV) else v.items
+        found = []
+        for item in items:
+            leaves = _tensor_leaves(item)
+            if leaves is None:
+                return None
+            found += leaves
+        return found
     return None
 
 
