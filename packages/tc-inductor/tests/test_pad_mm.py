@@ -144,6 +144,58 @@ def test_gemm_dims_are_padded_and_sliced_back():
             _check(g, [x, w], {**PAD, "backend": backend})
 
 
+def _lm_head(as_output: bool, bias: bool = False):
+    x, w, b = torch.randn(16, 37), torch.randn(1001, 37), torch.randn(1001)
+    g, (xi, wi, bi) = _graph([x, w, b])
+    wt = g.call(aten.t.default, wi)
+    logits = g.call(aten.addmm.default, bi, xi, wt) if bias else g.call(aten.mm.default, xi, wt)
+    g.output(logits if as_output else g.call(aten.tanh.default, logits))
+    return g, [x, w, b]
+
+
+@pytest.mark.parametrize("faster", [True, False])
+def test_auto_pads_only_where_padding_measured_faster(monkeypatch, faster):
+    """"auto" pads a GEMM (on CUDA) only where its padded form measured faster on the device:
+    here "auto" is let through on the CPU and the measurement stubbed, each way."""
+    always = padding._gemm_pads
+    monkeypatch.setattr(padding, "_gemm_pads", lambda node, how: always(node, "always"))
+    monkeypatch.setattr(padding, "_MEASURED", {})
+    measured = []
+    monkeypatch.setattr(padding, "_measure", lambda node, *rest: measured.append(node.name) or faster)
+    for as_output in (False, True):
+        g, inputs = _lm_head(as_output)
+        targets = [n.target for n in pad_gemm_dims(g, "auto").calls]
+        assert (aten.constant_pad_nd.default in targets) is faster
+        assert (gemm_rows_out_op in targets) is (faster and as_output)
+    assert len(measured) == 2  # once per GEMM and layout: as an output it is another form
+    g, _ = _lm_head(False)
+    pad_gemm_dims(g, "auto")
+    assert len(measured) == 2  # remembered
+
+
+@pytest.mark.parametrize("as_output", [False, True])
+@pytest.mark.parametrize("bias", [False, True])
+def test_the_measured_forms_compute_the_gemm(as_output, bias):
+    """What ``_measure`` times: the GEMM alone as it is and padded (into rows as an output), both
+    equal to eager's product; the measurement itself runs (a wall clock on the CPU)."""
+    g, inputs = _lm_head(as_output, bias)
+    node = next(n for n in g.calls if n.target in (aten.mm.default, aten.addmm.default))
+    dims, padded = padding._gemm_pads(node, "always")
+    operands = list({id(a): a for a in node.args if isinstance(a, tc_ir.Node)}.values())
+    plain, padded_graph = padding.gemm_graphs(node, operands, dims, padded, as_output)
+    targets = [n.target for n in padded_graph.calls]
+    assert aten.constant_pad_nd.default in targets and (gemm_rows_out_op in targets) is as_output
+    x, w, b = inputs
+    tensors = {"in0": x, "t": w.t(), "in2": b}  # the GEMM's operands: x, the transposed weight, the bias
+    args = [tensors[a.name] for a in operands]
+    want = torch.addmm(b, x, w.t()) if bias else x @ w.t()
+    for graph in (plain, padded_graph):
+        got = tc_ir.interpret(graph, args)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        assert got.shape == want.shape
+    assert isinstance(padding._measure(node, operands, dims, padded, as_output, torch.device("cpu")), bool)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_bias_of_addmm_and_baddbmm_is_padded_with_the_product(backend):
     a, b, bias = torch.randn(20, 37), torch.randn(37, 33), torch.randn(20, 33)

@@ -25,7 +25,8 @@ class Options:
       max_autotune on CUDA, benchmarked against the extern call), "never", or, for tests,
       "always" (heuristic config, any device) and "autotune" (benchmark on any device).
     pad_mm_operands: GEMMs of unaligned M, N or K computed on zero-padded operands, outputs in
-      eager's layout (padding.py): "auto" (CUDA, dims >= 64 elements, tensors >= 1 MiB),
+      eager's layout (padding.py): "auto" (CUDA, dims >= 64 elements, tensors >= 1 MiB,
+      where measured 10% faster on the device),
       "never", or, for tests, "always" (any device and size).
     conv_layout: channels-last (NHWC) layout for the values around 2-D convolutions (layout.py):
       "auto" (CUDA graphs with half/bf16 convolutions or a channels-last input), "never", or

@@ -11,6 +11,12 @@ rows and N columns are cut off), one pad kernel per operand (fused into its prod
 computed, e.g. the autocast cast of a weight). Aligned dims make aligned rows, so no buffer needs a
 padded row stride.
 
+Whether that pays depends on the device and its cuBLAS, so "auto" measures it (``_pays``): once per
+GEMM (device, op, operand layouts), the GEMM as it is against its padded form (pads included), each
+run as a small graph on example tensors; the padded form is taken only when it is at least 10%
+faster. On the H200 with torch 2.11 (2026-12-03) GPT-2's unaligned LM head ran in 0.45 ms, and
+the padded form's row chunks cost 0.5 ms of copies more than they saved.
+
 A result read inside the graph is a slice (a strided view) of the padded product that kernels
 read in place. A result that is a graph output (or is mutated) must be a tensor of eager's
 contiguous layout: it is computed by :func:`gemm_rows_out` in chunks of rows, each chunk's padded
@@ -32,6 +38,7 @@ from tc_ir.aliasing import aliases, escaping
 from .decompositions import EXTERN_PREFERRED
 
 aten = torch.ops.aten
+perf = tc_ir.logs.get_logger("perf_hints")
 
 ALIGN_BYTES = 16
 # "auto" pads only where it pays: dims of at least 64 elements (the padding, at most 7 bf16 rows
@@ -87,11 +94,12 @@ def pad_gemm_dims(graph: tc_ir.Graph, how: str) -> tc_ir.Graph:
     memo: dict = {}
     for node in list(graph.calls):
         pads = _gemm_pads(node, how)
-        if not pads:
+        # outputs keep eager's (contiguous) layout: computed into it chunk by chunk
+        into_rows = bool(pads) and (node in outputs or _mutated(node))
+        if not pads or how == "auto" and not _pays(node, *pads, into_rows):
             continue
         with graph.inserting_before(node):
-            # outputs keep eager's (contiguous) layout: computed into it chunk by chunk
-            new = _padded_gemm(graph, node, *pads, memo, into_rows=node in outputs or _mutated(node))
+            new = _padded_gemm(graph, node, *pads, memo, into_rows=into_rows)
         node.replace_all_uses_with(new)
         graph.replace_output(node, new)
         graph.erase(node)
@@ -148,6 +156,74 @@ def _padded_gemm(graph: tc_ir.Graph, node: Node, dims: tuple, padded: tuple, mem
     if np_ != n:
         result = graph.call(aten.slice.Tensor, result, rank - 1, 0, n)
     return result
+
+
+# ---- does padding pay on this device? ------------------------------------------------------------
+
+PAY_RATIO = 0.9  # the padded form must take at most this share of the plain GEMM's time
+_MEASURED: dict[tuple, bool] = {}  # per process; a compiled graph's cache entry keeps its choice
+
+
+def _pays(node: Node, dims: tuple, padded: tuple, into_rows: bool) -> bool:
+    """Is ``node`` padded as ``_padded_gemm`` would pad it faster than as it is, measured on its
+    device with example operands of its layouts (once per device, op and layouts)?"""
+    device = torch.device(node.spec.device)
+    operands = list({id(a): a for a in node.args if isinstance(a, Node)}.values())
+    key = (_device_name(device), node.target, tuple(_layout(a) for a in operands),
+           tuple(repr(a) for a in node.args if not isinstance(a, Node)), repr(sorted(node.kwargs.items())), into_rows)
+    if key not in _MEASURED:
+        _MEASURED[key] = _measure(node, operands, dims, padded, into_rows, device)
+    return _MEASURED[key]
+
+
+def _device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+
+
+def _layout(v: Node) -> tuple:
+    return tuple(v.spec.shape), tuple(v.spec.stride), v.spec.dtype
+
+
+def _measure(node: Node, operands: list, dims: tuple, padded: tuple, into_rows: bool, device) -> bool:
+    from tc_ir.interpret import interpret
+
+    from .codegen.triton_mm import bench
+
+    graphs = gemm_graphs(node, operands, dims, padded, into_rows)
+    try:
+        tensors = [_example(a.spec) for a in operands]
+        plain, padded_ms = (bench(lambda g=g: interpret(g, tensors), device, warmup=3, rep=15) for g in graphs)
+    except (RuntimeError, torch.cuda.OutOfMemoryError) as e:  # no room to measure: the GEMM stays as it is
+        perf.debug("padding %s not measured: %s", node.name, e)
+        return False
+    perf.debug("%s: %.3f ms as it is, %.3f ms padded", node.name, plain, padded_ms)
+    return padded_ms <= PAY_RATIO * plain
+
+
+def gemm_graphs(node: Node, operands: list, dims: tuple, padded: tuple, into_rows: bool) -> list[tc_ir.Graph]:
+    """Two graphs of ``node`` alone, its operands their inputs: as it is, and padded."""
+    graphs = []
+    for padding in (False, True):
+        graph = tc_ir.Graph("padded_gemm" if padding else "gemm")
+        inputs = {id(a): graph.input(a.name, a.spec) for a in operands}
+        args = [inputs[id(a)] if isinstance(a, Node) else a for a in node.args]
+        gemm = graph.call(node.target, *args, kwargs=dict(node.kwargs), spec=node.spec)
+        if padding:
+            graph.output(_padded_gemm(graph, gemm, dims, padded, {}, into_rows))
+            graph.erase(gemm)
+        else:
+            graph.output(gemm)
+        graphs.append(graph)
+    return graphs
+
+
+def _example(spec: TensorSpec) -> torch.Tensor:
+    """Random values in ``spec``'s layout (broadcast strides included: the storage is filled)."""
+    shape, stride = tuple(spec.shape), tuple(spec.stride)
+    storage = torch.empty(1 + sum((d - 1) * st for d, st in zip(shape, stride) if d), dtype=spec.dtype,
+                          device=spec.device)
+    storage.normal_() if spec.dtype.is_floating_point else storage.zero_()
+    return storage.as_strided(shape, stride)
 
 
 def _pad_dim(graph: tc_ir.Graph, value: Node, dim: int, size: int, memo: dict) -> Node:

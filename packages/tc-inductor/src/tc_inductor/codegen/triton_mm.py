@@ -445,12 +445,13 @@ def autotune(group: TemplateGroup, kernel: kir.Kernel, lowered: Any, opts: Any, 
     return best
 
 
-def bench(fn, device: Any) -> float:
-    """Median milliseconds of ``fn``: ``do_bench`` on a GPU, a wall clock (tests) elsewhere."""
+def bench(fn, device: Any, warmup: int = 10, rep: int = 50) -> float:
+    """Median milliseconds of ``fn``: ``do_bench`` (``warmup`` and ``rep`` in ms) on a GPU, a
+    wall clock (tests) elsewhere."""
     if torch.device(device).type == "cuda":
         import triton.testing
 
-        return float(triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median"))
+        return float(triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
     times = []
     for _ in range(3):
         start = time.perf_counter()
