@@ -59,8 +59,7 @@ def _leaves(tree) -> list:
 
 def _rebuild(like, leaves: list):
     """``leaves`` in the structure of ``like`` (tuples, lists and dicts of tensors)."""
-    out, rest = _take(like, leaves)
-    return out
+    return _take(like, leaves)[0]
 
 
 def _take(like, leaves: list):

@@ -32,8 +32,8 @@ import torch.utils.checkpoint
 
 import tc_ir
 
-from .base import OPTIM_DIR, Unsupported, call_function, real_path
 from . import scans
+from .base import OPTIM_DIR, Unsupported, call_function, real_path
 from .record import _spec, record, wrap_result
 from .subgraphs import trace_sub
 from .variables import Const, DictV, ListV, ObjV, TensorV, TupleV, V
