@@ -10,6 +10,7 @@ import torch
 from torch._higher_order_ops.associative_scan import associative_scan
 
 import tc
+import tc_capture
 from tc_capture.interp import scans
 
 
@@ -120,6 +121,14 @@ def test_generic_mode_is_a_break_with_a_reason():
     assert report.graph_break_count >= 1
     assert any("combine_mode='generic'" in str(r) for r in report.break_reasons)
     torch.testing.assert_close(tc.compile(f)(x), torch.cumsum(x, 0) + 1)
+
+
+def test_operands_of_other_lengths_are_a_break(pointwise_on_cpu):
+    def f(a, b):
+        return associative_scan(ssm, (a, b), 0, combine_mode="pointwise")
+
+    with pytest.raises(tc_capture.GraphBreakError, match="torch checks them"):
+        tc.compile(f, fullgraph=True)(torch.randn(5, 2), torch.randn(4, 2))
 
 
 def test_pointwise_on_cpu_raises_as_eager():

@@ -79,7 +79,8 @@ def _associative_scan(f, fn: Const, args, kwargs) -> V:
         raise Unsupported("associative_scan needs tensors in tuples, lists or dicts, an int dim and a bool reverse")
     ndim = leaves[0].fake.dim()
     if any(t.fake.dim() != ndim or t.fake.device.type not in scans.POINTWISE_DEVICES for t in leaves) \
-            or not -ndim <= dim < ndim or any(t.fake.shape[dim] == 0 for t in leaves):
+            or not -ndim <= dim < ndim or any(t.fake.shape[dim] == 0 for t in leaves) \
+            or any(t.fake.shape[dim] != leaves[0].fake.shape[dim] for t in leaves):
         raise Unsupported("associative_scan of these tensors runs in Python (torch checks them)")
     return call_function(f, Const(scans.inclusive_scan), [bound["combine_fn"], bound["xs"], Const(dim % ndim),
                                                          Const(reverse)], {})
