@@ -39,3 +39,26 @@ def test_guard_code_is_cached_and_still_guards(tmp_path, monkeypatch):
     model[0] = torch.nn.Linear(4, 4)  # a new module's parameters are read by the read-back guard
     y = torch.randn(5, 4)
     torch.testing.assert_close(compiled(y), model(y))
+
+
+def test_guard_rewrite_is_cached_and_keyed_by_the_guards(tmp_path, monkeypatch):
+    """The hoisting rewrite of the guard lines is read back in a later process (not redone), and
+    guards over other sources (another module, another structure) get their own entry."""
+    from tc_capture.cache import guards as guards_module
+
+    monkeypatch.setenv("TC_CACHE_DIR", str(tmp_path))
+    rewrites = []
+    real = guards_module._rewrite_blocks
+    monkeypatch.setattr(guards_module, "_rewrite_blocks", lambda *a: rewrites.append(1) or real(*a))
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(_compiled(model)(x), model(x))
+    assert len(rewrites) == 1 and len(list((tmp_path / "guards").glob("*.json"))) == 1
+    compiled = _compiled(model)  # a later process: the same guards
+    torch.testing.assert_close(compiled(x), model(x))
+    assert len(rewrites) == 1
+    model[2] = torch.nn.Linear(4, 3)  # the read-back guard still checks the module it reads
+    torch.testing.assert_close(compiled(x), model(x))
+    other = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh())  # other guards: rewritten
+    torch.testing.assert_close(_compiled(other)(x), other(x))
+    assert len(rewrites) >= 3 and len(list((tmp_path / "guards").glob("*.json"))) >= 3
