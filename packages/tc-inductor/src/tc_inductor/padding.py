@@ -185,14 +185,12 @@ def _layout(v: Node) -> tuple:
 
 
 def _measure(node: Node, operands: list, dims: tuple, padded: tuple, into_rows: bool, device) -> bool:
-    from tc_ir.interpret import interpret
-
     from .codegen.triton_mm import bench
 
     graphs = gemm_graphs(node, operands, dims, padded, into_rows)
     try:
         tensors = [_example(a.spec) for a in operands]
-        plain, padded_ms = (bench(lambda g=g: interpret(g, tensors), device, warmup=3, rep=15) for g in graphs)
+        plain, padded_ms = (bench(lambda g=g: tc_ir.interpret(g, tensors), device, warmup=3, rep=15) for g in graphs)
     except (RuntimeError, torch.cuda.OutOfMemoryError) as e:  # no room to measure: the GEMM stays as it is
         perf.debug("padding %s not measured: %s", node.name, e)
         return False
