@@ -237,7 +237,8 @@ def _wrap(variant: str, model: torch.nn.Module) -> Callable:
     if variant.startswith("tc"):
         import tc  # only in the processes that measure tc
 
-        return tc.compile(model, mode=mode)
+        # "tc-max": max-autotune (several configs timed per Triton kernel), for profile_cell.py
+        return tc.compile(model, mode=mode, options={"max_autotune": True} if "-max" in variant else None)
     if variant == "eager+tc-imported":  # does importing tc change eager's speed? (a control)
         import tc  # noqa: F401
     return model

@@ -7,7 +7,9 @@ kernels and host-side torch ops that take the most time and the Python functions
 time of their own (the host side of a launch-bound step); for tc, the graph and graph-break count
 of the model's forward. Both compilers run in this process: compare kernels here, not wall times.
 tc is imported only when a tc variant is asked for: ``profile_cell.py gpt2 infer torch.compile``
-profiles torch.compile in a process where tc never was. ``--compile-optimizer`` compiles
+profiles torch.compile in a process where tc never was; ``tc-max`` is tc with max-autotune
+(``TRITON_PRINT_AUTOTUNING=1`` prints each kernel's chosen config), ``TC_PROFILE_TOP=N`` lists
+N kernels. ``--compile-optimizer`` compiles
 training's ``opt.step`` with each variant's compiler, as ``models.py`` does:
 
     python benchmarks/profile_cell.py resnet50 train tc-ro --compile-optimizer
@@ -16,6 +18,7 @@ training's ``opt.step`` with each variant's compiler, as ``models.py`` does:
 from __future__ import annotations
 
 import copy
+import os
 import sys
 
 from gpu_profile import report
@@ -40,7 +43,7 @@ def main() -> None:
         model = copy.deepcopy(base).cuda().train(task == "train")
         fn = _wrap(variant, model)
         step, _ = _step_fn(task, fn, model, inputs, "cuda", variant if compile_optimizer else None)
-        report(step, f"{variant} {name} {task}", top=15, python_top=25)
+        report(step, f"{variant} {name} {task}", top=int(os.environ.get("TC_PROFILE_TOP", 15)), python_top=25)
 
 
 if __name__ == "__main__":
