@@ -413,12 +413,29 @@ def _identity(ctx, x, *args, **kwargs):
     return Pointwise(shape, dtype, device, lambda index: finish(ctx, read(x, index, dtype), dtype))
 
 
-for _target in (aten._to_copy.default, aten.clone.default, prims.convert_element_type.default,
-                aten.to.dtype, aten.to.device, aten.to.dtype_layout, aten.type_as.default,
-                aten.contiguous.default, aten.alias_copy.default, aten.lift_fresh_copy.default,
-                aten.positive.default, aten._conj.default, aten.resolve_conj.default, aten.resolve_neg.default,
-                aten.detach.default, aten.detach_copy.default, aten.lift_fresh.default, aten.dropout.default):
+def _cast(ctx, x, *args, **kwargs):
+    """A dtype cast. A cast of a view of a computed value is also that view of the cast value
+    (elementwise ops commute with views), so an extern call reading it gets the cast base in
+    its own layout plus a window, as for a view of a cast. GPT-2's ``Conv1D`` flattens its
+    input, then autocast casts it for ``addmm``: the cast of the view of a LayerNorm's output,
+    stored as a [tokens, features] buffer, did not fit the LayerNorm's [batch, seq] x [features]
+    kernel and was stored by a kernel of its own, re-reading the row."""
+    out = _identity(ctx, x, *args, **kwargs)
+    if isinstance(x, Pointwise) and x.view_of is not None and kwargs.get("memory_format") is None:
+        base, redo = x.view_of
+        out.view_of = (Pointwise(base.shape, out.dtype, out.device,
+                                 lambda index: finish(ctx, read(base, index, out.dtype), out.dtype)), redo)
+    return out
+
+
+for _target in (aten.clone.default, aten.to.device, aten.contiguous.default, aten.alias_copy.default,
+                aten.lift_fresh_copy.default, aten.positive.default, aten._conj.default, aten.resolve_conj.default,
+                aten.resolve_neg.default, aten.detach.default, aten.detach_copy.default, aten.lift_fresh.default,
+                aten.dropout.default):
     register(_target)(_identity)
+for _target in (aten._to_copy.default, prims.convert_element_type.default, aten.to.dtype, aten.to.dtype_layout,
+                aten.type_as.default):
+    register(_target)(_cast)
 
 
 @register(aten.copy.default)
