@@ -7,6 +7,7 @@ import operator
 
 import pytest
 import torch
+from torch.fx.experimental.proxy_tensor import make_fx
 
 import tc_inductor
 import tc_ir
@@ -122,3 +123,24 @@ def test_an_aligned_bias_reaches_the_kernel_as_it_is():
     g, inputs = _efficient_attention_graph(padded[..., :17], computed=False)
     compiled = tc_inductor.compile(g, inputs, {"cache": False})
     assert "empty_strided" not in compiled.source  # no copy of the bias
+
+
+@pytest.mark.parametrize("view_first", [False, True], ids=["cast_then_view", "view_then_cast"])
+def test_a_cast_of_a_view_feeds_an_extern_from_the_layer_norms_kernel(view_first):
+    # GPT-2's Conv1D: x.view(-1, features), then autocast casts it for addmm. The cast of the view
+    # of a LayerNorm's output is stored by the LayerNorm's own kernel, as the view of the cast is,
+    # and the extern call gets a window on that [batch, seq, features] buffer.
+    def fn(x, h, w, b, w2, b2):
+        y = x + h
+        ln = aten.native_layer_norm.default(y, [64], w, b, 1e-5)[0]
+        flat = ln.view(32, 64).to(torch.bfloat16) if view_first else ln.to(torch.bfloat16).view(32, 64)
+        return torch.addmm(b2, flat, w2), y
+
+    inputs = [torch.randn(2, 16, 64), torch.randn(2, 16, 64), torch.randn(64), torch.randn(64),
+              torch.randn(64, 48).bfloat16(), torch.randn(48).bfloat16()]
+    g = tc_ir.from_fx(make_fx(fn)(*inputs), inputs)
+    compiled = tc_inductor.compile(g, inputs, {"cache": False})
+    assert compiled.stats["kernels"] == 1, compiled.source
+    assert ".as_strided((32, 64), (64, 1))" in compiled.source
+    for got, want in zip(compiled(*inputs), fn(*inputs)):
+        torch.testing.assert_close(got, want, atol=0.1, rtol=2e-2)  # bf16 products
