@@ -144,3 +144,23 @@ def test_a_cast_of_a_view_feeds_an_extern_from_the_layer_norms_kernel(view_first
     assert ".as_strided((32, 64), (64, 1))" in compiled.source
     for got, want in zip(compiled(*inputs), fn(*inputs)):
         torch.testing.assert_close(got, want, atol=0.1, rtol=2e-2)  # bf16 products
+
+
+def test_a_view_read_by_two_externs_is_stored_by_the_norms_kernel():
+    # LLaMA's MLP: gate_proj and up_proj read one flattened cast of the RMSNorm's output. A view
+    # with several readers is stored once, as its base, by the kernel that computes the base
+    # (when it is worth storing: here it reads five buffers, _expensive).
+    def fn(x, h, w, b, w1, w2):
+        y = x + h
+        normed = w * (y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + 1e-6)) + b
+        flat = normed.to(torch.bfloat16).view(32, 64)
+        return flat @ w1, flat @ w2
+
+    inputs = [torch.randn(2, 16, 64), torch.randn(2, 16, 64), torch.randn(64), torch.randn(64),
+              torch.randn(64, 48).bfloat16(), torch.randn(64, 48).bfloat16()]
+    g = tc_ir.from_fx(make_fx(fn)(*inputs), inputs)
+    compiled = tc_inductor.compile(g, inputs, {"cache": False})
+    assert compiled.stats["kernels"] == 1, compiled.source
+    assert compiled.source.count(".as_strided((32, 64), (64, 1))") == 2
+    for got, want in zip(compiled(*inputs), fn(*inputs)):
+        torch.testing.assert_close(got, want, atol=0.1, rtol=2e-2)  # bf16 products

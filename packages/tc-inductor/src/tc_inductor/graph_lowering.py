@@ -111,7 +111,7 @@ class GraphLowering:
         return buf.value()
 
     def realize_for_extern(self, value: TensorValue) -> BufferValue:
-        """Store ``value`` for an extern call. A view of a computed value is stored as its base,
+        """Store ``value`` for an extern call (or for several readers). A view of a computed value is stored as its base,
         in the base's own (eager) layout, and passed as a strided window, as eager passes views:
         ``mm(x, t(w.to(bf16)))`` gets a transposed view of a row-major cast weight, whose rows
         are 16-byte aligned for the vendor GEMM, not a transposed copy with odd leading dims."""
@@ -505,7 +505,9 @@ class GraphLowering:
 
     def _maybe_realize(self, node: Node, result: Any) -> Any:
         if isinstance(result, Pointwise) and len(node.users) > 1 and _expensive(result) and not _picked_apart(node):
-            return self.realize(result)
+            # a view (LLaMA's flattened normalised input to gate_proj and up_proj) is stored as
+            # its base, in the base's shape: the kernel that computes the base can store it
+            return self.realize_for_extern(result)
         if isinstance(result, Pointwise) and node.users and _scalar_math(result):
             # one value computed with costly math (an optimizer's pow(beta, step) and bias
             # corrections) on the CPU: stored once, not recomputed for every element of each
