@@ -75,7 +75,11 @@ def _assert_same(got, want, dtype) -> None:
     for r, e in zip(tc_ir.leaves(got), tc_ir.leaves(want), strict=True):
         assert r.dtype == e.dtype and r.shape == e.shape, (r.dtype, e.dtype, r.shape, e.shape)
         tol = 0 if e.dtype == torch.int64 else TOL[dtype]
-        torch.testing.assert_close(r, e, atol=tol, rtol=tol, equal_nan=True)
+        # bf16 backward: eager rounds after each window's addition, tc once, so a gradient summed
+        # from overlapping windows (with cancellation) differs by ulps of its terms, not of itself
+        atol = tol * (1 + e.detach().double().nan_to_num(0, 0, 0).abs().max().item()) \
+            if dtype == torch.bfloat16 and e.numel() else tol
+        torch.testing.assert_close(r, e, atol=atol, rtol=tol, equal_nan=True)
         assert all(a == b for a, b, n in zip(r.stride(), e.stride(), r.shape) if n > 1), (r.stride(), e.stride())
 
 
