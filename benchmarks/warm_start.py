@@ -538,6 +538,7 @@ def main() -> None:
     print(table(rows, kind))
     if args.profile:
         path = os.path.join(args.out, "warm_start.json")
+        os.makedirs(args.out, exist_ok=True)  # no cell ran: its profiles did not make it
         with open(path, "w") as f:
             json.dump({"kind": kind, "rows": rows, "table": table(rows, kind)}, f, indent=1)
         print(f"profiles and {path} written", file=sys.stderr)

@@ -206,6 +206,12 @@ SNIPPETS = {
                   "out.append(bisect.bisect_left([1, 3, 5], {i}))"],
     "namedtuple_protocol": ["np{i} = Proto(x, {i})", "out.append((len(np{i}), np{i}[1], list(np{i}), 'magic' in np{i}))",
                             "out.append((np{i} == Proto(y, {i}), np{i} == Proto(x, 0), 1 if np{i} else 0))"],
+    # one object reached by two names: after a break each is read from the frame on its own path
+    "iter_two_names": ["it{i} = iter([x, y, x * 2, y * 3, x + {i}])",
+                       "for t{i} in it{i}:\n    out.append(t{i} + 1)\n    {brk}\n    out.append(next(it{i}, None))"],
+    "object_two_names": ["ob{i} = DC(x, {i})", "al{i} = ob{i}", "al{i}.n = {i} + 5; out.append(ob{i}.n * 2)",
+                         "ob{i}.__dict__['n'] = {i} + 7; out.append(al{i}.n)",
+                         "al{i}.extra = y; out.append(sorted(ob{i}.__dict__)); out.append(hasattr(ob{i}, 'extra'))"],
     "python_fn_args": ["c0{i} = len(CALLS)", "out.append(functools.reduce(counted_add, [1, 2, {i}]))",
                        "out.append(list(itertools.starmap(counted_add, [(1, {i})])))",
                        "out.append(sorted([3, 1], key=functools.partial(counted_add, {i})))",

@@ -285,3 +285,48 @@ def test_a_range_iterator_live_at_a_graph_break_resumes_where_it_was():
     for x in (torch.randn(2), torch.randn(3)):
         for g, w in zip(compiled(x), f(x)):
             torch.testing.assert_close(g, w)
+
+
+# ---- an object's attributes and its __dict__ in one graph ------------------------------------
+class _Rec:
+    def __init__(self):
+        self.v = 1
+
+
+def _write_then_read_dict(x, a):
+    a.v = 5
+    return x + a.__dict__["v"] + len(a.__dict__)
+
+
+def _write_dict_then_read(x, a):
+    a.__dict__["v"] = 5
+    a.__dict__["w"] = 2
+    return x + a.v + a.w + hasattr(a, "w")
+
+
+def _write_then_read_other_name(x, a, b):
+    a.v = 5
+    return x + b.v + b.__dict__["v"]
+
+
+@pytest.mark.parametrize("fn", [_write_then_read_dict, _write_dict_then_read])
+def test_attribute_writes_and_the_instance_dict_agree(fn):
+    """A write through ``o.v`` is seen by ``o.__dict__`` and the reverse (a read of the other
+    path was answered by the object as it was before the graph's writes: a wrong answer)."""
+    compiled = tc_capture.optimize(interpret_backend)(fn)
+    for k in range(2):
+        a, b = _Rec(), _Rec()
+        x = torch.full((2,), float(k))
+        _same(fn(x, a), compiled(x, b))
+        assert vars(a) == vars(b)
+
+
+def test_an_attribute_written_through_one_argument_is_read_through_the_other():
+    compiled = tc_capture.optimize(interpret_backend)(_write_then_read_other_name)
+    for k in range(2):
+        a, b = _Rec(), _Rec()
+        x = torch.full((2,), float(k))
+        _same(_write_then_read_other_name(x, a, a), compiled(x, b, b))
+        assert vars(a) == vars(b)
+    a, b, c = _Rec(), _Rec(), _Rec()  # two objects now: the first call's entry must not answer
+    _same(_write_then_read_other_name(x, a, _Rec()), compiled(x, b, c))

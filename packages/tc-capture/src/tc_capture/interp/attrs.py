@@ -45,8 +45,25 @@ class AttrMissing(Unsupported):
     pass
 
 
+def written_key(obj: V, name: str) -> tuple:
+    """Where ``session.attr_writes`` keeps a write of ``obj.name``: by the real object for one read
+    from the frame, so a write through one path (``p = o; p.v = 7``) is read through every other
+    (``o.v``), each of which is a ``Const`` of its own."""
+    return (id(obj.value) if isinstance(obj, Const) and obj.source is not None else id(obj)), name
+
+
+def _written(f, obj: Const) -> bool:
+    return any(key[0] == id(obj.value) for key in f.session.attr_writes)
+
+
+def _taken_dict(f, inst_dict: dict | None) -> V | None:
+    """The tracked value of an instance ``__dict__`` this capture read (``o.__dict__[k] = v``)."""
+    seen = f.session.by_object.get(id(inst_dict)) if inst_dict is not None else None
+    return seen[1] if seen is not None and seen[0] is inst_dict else None
+
+
 def get_attr(f, obj: V, name: str) -> V:
-    overlay = f.session.attr_writes.get((id(obj), name))
+    overlay = f.session.attr_writes.get(written_key(obj, name))
     if overlay is not None:
         return overlay
     if isinstance(obj, TensorV):
@@ -282,11 +299,19 @@ def _class_attr(f, obj: V, cls: type, name: str, start_after: type | None = None
         return call_function(f, Const(desc.fget), [obj], {})
     if found and hasattr(type(desc), "__set__") and not isinstance(desc, (types.FunctionType,)):
         if isinstance(obj, Const):
+            if name == "__dict__" and _written(f, obj):
+                raise Unsupported("the __dict__ of an object whose attributes this graph writes")
             return _opaque_attr(f, obj, name)  # slots and C-level data descriptors
         raise Unsupported(f"data descriptor {name} on a new object")
     if isinstance(obj, Const) and start_after is None:
         inst_dict = getattr(obj.value, "__dict__", None)
-        if inst_dict is not None and name in inst_dict:
+        taken = _taken_dict(f, inst_dict)
+        if taken is not None:  # read through its tracked ``__dict__``: writes into that are seen
+            if name in taken.items:
+                return taken.items[name]
+            if name in inst_dict:
+                raise Unsupported(f"attribute {name!r} removed from an object's __dict__ in this graph")
+        elif inst_dict is not None and name in inst_dict:
             return _sourced(f, inst_dict[name], obj.source, name, obj.value)
         _guard_not_own(f, obj, name, found, inst_dict)
     if found and isinstance(desc, functools.cached_property):
@@ -393,7 +418,9 @@ def set_attr(f, obj: V, name: str, value: V) -> None:
         obj.attrs[name] = value
         return
     if isinstance(obj, Const) and obj.source is not None and not isinstance(obj.value, type):
-        f.session.attr_writes[(id(obj), name)] = value
+        if _taken_dict(f, getattr(obj.value, "__dict__", None)) is not None:
+            raise Unsupported(f"attribute {name!r} written on an object whose __dict__ this graph reads")
+        f.session.attr_writes[written_key(obj, name)] = value
         f.session.side_effects.append(("setattr", obj, name, value))
         return
     raise Unsupported(f"attribute assignment .{name} on {type(obj).__name__}")

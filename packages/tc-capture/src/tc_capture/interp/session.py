@@ -46,6 +46,17 @@ class ResumeIter:
         return self.seq[self.index - 1]
 
 
+# Values whose state a region changes through any path that reaches them: one tracked value each.
+_ALIASED = frozenset((list, dict, ResumeIter, *S.REAL_ITERATORS))
+
+
+def _state_object(value: Any) -> bool:
+    """An object with attributes of its own that a region may write (a user object, a module),
+    not a class, function or module namespace."""
+    return isinstance(getattr(value, "__dict__", None), dict) and not isinstance(
+        value, (type, types.ModuleType, types.FunctionType, types.MethodType, torch.Tensor))
+
+
 class ModeExit:
     """The runtime form of a ``with`` block's ``__exit__`` live at a graph break."""
 
@@ -105,9 +116,11 @@ class Session:
         return found
 
     def _wrap_aliased(self, value: Any, source: S.Source) -> V:
-        """One tracked value per mutable container, however many paths reach it (a list in a
-        local and bound to a method on the stack): a mutation through one is seen through all."""
-        if type(value) not in (list, dict):
+        """One tracked value per mutable container or iterator, however many paths reach it (a
+        list in a local and bound to a method on the stack; ``it = iter(xs)`` that a ``for``
+        loop also holds on the stack): a mutation or a ``next()`` through one is seen through all."""
+        aliased = type(value) in _ALIASED or _state_object(value)
+        if not aliased:
             return self._wrap(value, source)
         seen = self.by_object.get(id(value))
         if seen is None:
@@ -269,6 +282,24 @@ class Session:
         if not isinstance(v, TensorV) or v.source is None or v.node.op != "input":
             return None
         return self.real_inputs.get(id(v.node))
+
+    def guard_distinct_state(self) -> None:
+        """A region that changes Python state read from the frame (``a.v = 5``, ``a.append(1)``)
+        was captured with each object it reached by its own path: one object per path, except
+        where two paths reached one (guarded ``is`` when wrapped). Called again with one object
+        behind two of those paths (``f(x, s, s)`` after ``f(x, s, t)``), a write through one is
+        read through the other, which the entry had read as the state before its writes: so the
+        objects of such a region are guarded distinct. Module state (gated sources) is left out:
+        it is reached through guarded module attributes, not passed in."""
+        if not (self.mutated or self.attr_writes or any(e[0] in ("setitem", "call") for e in self.side_effects)):
+            return
+        sources = [v.source for _, v in self.by_object.values() if v.source is not None and not v.source.gated]
+        if len(sources) < 2:
+            return
+        exprs = ", ".join(f"id({s.expr})" for s in sources)
+        self.guards.add(None, f"len({{{exprs}}}) == {len(sources)}",
+                        "distinct objects: " + ", ".join(self.guards.readable(s) for s in sources),
+                        f"[{exprs}]")
 
     # ---- side effects ---------------------------------------------------------------------------
     def note_mutation(self, container: V) -> None:

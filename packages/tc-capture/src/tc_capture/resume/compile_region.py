@@ -155,6 +155,7 @@ def build_entry(code, globals_, session: Session, out, brk: Break | None, backen
     if offset == 0 and not isinstance(out, Stop):
         _export_meta(code, graph, out, rb.outputs, plain + gated)
     graph.output(tuple(rb.outputs))
+    session.guard_distinct_state()
     finish_sizes(session.sizes, graph, session.guards)  # specs over tc_ir symbols, size guards
     guard, why, guard_src, ms, root_key = compile_guards(session.guards, [s.expr for _, s, _ in gated], globals_)
     lead, trail = hoist_grad_mode(graph, torch.is_grad_enabled())
