@@ -209,6 +209,9 @@ SNIPPETS = {
     # one object reached by two names: after a break each is read from the frame on its own path
     "iter_two_names": ["it{i} = iter([x, y, x * 2, y * 3, x + {i}])",
                        "for t{i} in it{i}:\n    out.append(t{i} + 1)\n    {brk}\n    out.append(next(it{i}, None))"],
+    "tensor_rows_loop": ["tr{i} = []",
+                         "for row{i} in torch.stack([x, y, x * {i}]):\n    {brk}\n    tr{i}.append(row{i}.sum() * 2)",
+                         "out.append(tr{i})"],
     "object_two_names": ["ob{i} = DC(x, {i})", "al{i} = ob{i}", "al{i}.n = {i} + 5; out.append(ob{i}.n * 2)",
                          "ob{i}.__dict__['n'] = {i} + 7; out.append(al{i}.n)",
                          "al{i}.extra = y; out.append(sorted(ob{i}.__dict__)); out.append(hasattr(ob{i}, 'extra'))"],

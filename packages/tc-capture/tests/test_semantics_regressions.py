@@ -330,3 +330,54 @@ def test_an_attribute_written_through_one_argument_is_read_through_the_other():
         assert vars(a) == vars(b)
     a, b, c = _Rec(), _Rec(), _Rec()  # two objects now: the first call's entry must not answer
     _same(_write_then_read_other_name(x, a, _Rec()), compiled(x, b, c))
+
+
+# ---- a loop whose body breaks, resumed with tc's own iterator on the stack -------------------
+def _expert_loop(x, hit):
+    """transformers' eager mixture-of-experts loop in small: an iteration over a data-dependent
+    tensor's rows, a branch on each row's value (a graph break) inside the body."""
+    out = torch.zeros_like(x)
+    for row in hit:
+        if row.sum() > 2:  # data-dependent: the region ends here, the iterator live on the stack
+            continue
+        out = out + x * row
+    return out
+
+
+def test_a_loop_that_breaks_is_one_set_of_entries_whatever_its_length_and_position():
+    """The iterator's items are read relative to its position (``it.seq[it.index + j]``) and
+    only how many are left is guarded: every iteration shares one entry per resume point, where
+    one entry per (length, position) pair hit the recompile limit after two calls."""
+    import warnings
+
+    compiled = tc_capture.optimize(interpret_backend)(_expert_loop)
+    gen = torch.Generator().manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "hit the recompile limit" fallback
+        for n in (3, 5, 4, 3, 6, 5, 2, 4, 6, 3):
+            x, hit = torch.randn(4, generator=gen), torch.rand(n, 4, generator=gen)
+            torch.testing.assert_close(compiled(x, hit), _expert_loop(x, hit))
+    caches = [c for c in tc_capture.api.ALL_CACHES if c.code is _expert_loop.__code__]
+    # the first region unrolls the loop over ``hit``'s rows: one entry per length (5 here), as
+    # Dynamo's; a resumed region's entries do not grow with the lengths and positions (they did:
+    # one per pair, ~20 here)
+    resumed = [len(entries) for c in caches for offset, entries in c.entries.items() if offset]
+    assert resumed and max(resumed) <= 4, resumed
+
+
+def _rest_after_break(x, rows):
+    it = iter(rows)
+    first = next(it)
+    out = [first * 2]
+    for r in it:
+        print("", end="")  # a break inside the loop: ``it`` resumed
+        out.append(r + next(it, x))  # two pulls an iteration, the second past the end at odd lengths
+    return out, list(it)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 6])
+def test_a_resumed_iterator_ends_where_eager_ends(n):
+    compiled = tc_capture.optimize(interpret_backend)(_rest_after_break)
+    for k in range(2):
+        x, rows = torch.randn(2), torch.randn(n + k, 2)
+        _same(_rest_after_break(x, rows), compiled(x, rows))

@@ -57,6 +57,45 @@ def _state_object(value: Any) -> bool:
         value, (type, types.ModuleType, types.FunctionType, types.MethodType, torch.Tensor))
 
 
+class ResumedIterV(V):
+    """tc's own iterator (``ResumeIter``) read from the frame of a resumed region: a loop whose
+    body breaks (``for e in hit_experts: ... torch.where(...)``) resumes with it on the stack.
+    Items are read, and guarded, only as the region pulls them, at positions relative to where
+    the iterator stands (``it.seq[it.index + j]``), and only how many are left is guarded, as far
+    as the region looked: every iteration of such a loop is one entry, whatever its length or
+    position, not one entry per (length, position) until the recompile limit."""
+
+    __slots__ = ("session", "value", "pulled", "ended")
+
+    def __init__(self, session: Session, value: ResumeIter, source: S.Source):
+        super().__init__(source)
+        self.session, self.value, self.pulled, self.ended = session, value, 0, False
+
+    def pull(self, f) -> V | None:
+        if self.ended:
+            return None
+        g, e, j = self.session.guards, self.source.expr, self.pulled
+        left = f"len({e}.seq) - {e}.index"
+        if self.value.index + j >= len(self.value.seq):
+            g.add(self.source, f"{left} == {j}", f"{g.readable(self.source)} has {j} items left", left)
+            self.ended = True
+            return None
+        g.add(self.source, f"{left} > {j}", f"{g.readable(self.source)} has more than {j} items left", left)
+        self.pulled += 1
+        item = S.Source(f"{e}.seq[{e}.index + {j}]", f"{self.source.name}_next{j}")
+        return self.session.wrap(self.value.seq[self.value.index + j], item)
+
+    def py_type(self) -> type:
+        return ResumeIter
+
+    def truthy(self, f) -> bool:
+        return True
+
+    def rebuild(self, rb) -> str:
+        e = self.source.expr
+        return rb._bind(self, f"_ResumeIter({e}.seq, {e}.index + {self.pulled})")
+
+
 class ModeExit:
     """The runtime form of a ``with`` block's ``__exit__`` live at a graph break."""
 
@@ -159,10 +198,7 @@ class Session:
             return DictV(items, source, t)
         if isinstance(value, ResumeIter):
             g.type_is(source, value)
-            g.length(S.Source(source.expr + ".seq", source.name), value.seq)
-            g.add(source, f"{source.expr}.index == {value.index}", f"{g.readable(source)} at item {value.index}")
-            seq = S.Source(source.expr + ".seq", source.name + "_seq")
-            return IterV([self.wrap(v, seq.item(i, None)) for i, v in enumerate(value.seq)], value.index, source)
+            return ResumedIterV(self, value, source)
         if t in S.REAL_ITERATORS:
             return self._real_iterator(value, source)
         if isinstance(value, ModeExit):
