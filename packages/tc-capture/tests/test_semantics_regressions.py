@@ -381,3 +381,39 @@ def test_a_resumed_iterator_ends_where_eager_ends(n):
     for k in range(2):
         x, rows = torch.randn(2), torch.randn(n + k, 2)
         _same(_rest_after_break(x, rows), compiled(x, rows))
+
+
+def _iterator_in_an_attribute(x, holder):
+    it = holder.it
+    a = next(it)
+    print("", end="")
+    return x + a * 10 + next(holder.it)
+
+
+def _tensor_iterator_in_an_attribute(x, rows, holder):
+    it = iter(rows)  # tc's own iterator once a break rebuilds it
+    print("", end="")
+    holder.it = it
+    a = next(it)
+    print("", end="")
+    return x + a * 10 + next(holder.it)
+
+
+def test_an_iterator_taken_from_the_frame_moves_on_for_every_reference():
+    """A region's ``next()`` on an iterator it read from the frame was applied to a rebuilt copy
+    in the frame's slots only: an attribute holding the iterator still gave the first item (eager
+    12, tc 11). The iterator is now moved on in place after the region."""
+    import types as _types
+
+    compiled = tc_capture.optimize(interpret_backend)(_iterator_in_an_attribute)
+    for items in ([1, 2, 3], (4, 5), range(7, 9)):
+        x = torch.zeros(1)
+        mine, theirs = _types.SimpleNamespace(it=iter(items)), _types.SimpleNamespace(it=iter(items))
+        _same(_iterator_in_an_attribute(x, mine), compiled(x, theirs))
+        assert list(mine.it) == list(theirs.it)
+    compiled = tc_capture.optimize(interpret_backend)(_tensor_iterator_in_an_attribute)
+    for n in (3, 4):
+        x, rows = torch.zeros(2), torch.randn(n, 2)
+        mine, theirs = _types.SimpleNamespace(), _types.SimpleNamespace()
+        _same(_tensor_iterator_in_an_attribute(x, rows, mine), compiled(x, rows, theirs))
+        _same(list(mine.it), list(theirs.it))

@@ -65,23 +65,24 @@ class ResumedIterV(V):
     as the region looked: every iteration of such a loop is one entry, whatever its length or
     position, not one entry per (length, position) until the recompile limit."""
 
-    __slots__ = ("session", "value", "pulled", "ended")
+    __slots__ = ("session", "value", "index", "ended")
 
     def __init__(self, session: Session, value: ResumeIter, source: S.Source):
         super().__init__(source)
-        self.session, self.value, self.pulled, self.ended = session, value, 0, False
+        self.session, self.value, self.index, self.ended = session, value, 0, False  # index: items pulled
+        session.frame_iters[id(self)] = (self, 0)  # advanced in place after the region
 
     def pull(self, f) -> V | None:
         if self.ended:
             return None
-        g, e, j = self.session.guards, self.source.expr, self.pulled
+        g, e, j = self.session.guards, self.source.expr, self.index
         left = f"len({e}.seq) - {e}.index"
         if self.value.index + j >= len(self.value.seq):
             g.add(self.source, f"{left} == {j}", f"{g.readable(self.source)} has {j} items left", left)
             self.ended = True
             return None
         g.add(self.source, f"{left} > {j}", f"{g.readable(self.source)} has more than {j} items left", left)
-        self.pulled += 1
+        self.index += 1
         item = S.Source(f"{e}.seq[{e}.index + {j}]", f"{self.source.name}_next{j}")
         return self.session.wrap(self.value.seq[self.value.index + j], item)
 
@@ -92,8 +93,7 @@ class ResumedIterV(V):
         return True
 
     def rebuild(self, rb) -> str:
-        e = self.source.expr
-        return rb._bind(self, f"_ResumeIter({e}.seq, {e}.index + {self.pulled})")
+        return self.source.expr  # the same object, advanced in place (``Rebuild.side_effects``)
 
 
 class ModeExit:
@@ -135,6 +135,8 @@ class Session:
         # ("setattr", obj V, name, value V) / ("global", ...) / ("call", fn, args, kwargs) / ("setitem", obj, key, value)
         self.side_effects: list[tuple] = []
         self.mutated: dict[int, V] = {}  # sourced containers changed in place
+        # id -> (iterator V read from the frame, its index then): moved on in place after the region
+        self.frame_iters: dict[int, tuple[V, int]] = {}
         self.fullgraph = fullgraph
         self.grad_enabled = torch.is_grad_enabled()
         self.guards.grad_mode(self.grad_enabled)
@@ -242,10 +244,12 @@ class Session:
         else:
             g.add(source, f"len({seq_src.expr}) == {len(seq)}", f"{g.readable(source)} over {len(seq)} items")
             if t in S.REVERSED_ITERATORS:  # the items still to come, in the order they come
-                items = [self.wrap(seq[j], seq_src.item(j, None)) for j in range(index, -1, -1)]
-                return IterV(items, 0, source, t)
-            items = [self.wrap(v, seq_src.item(i, None)) for i, v in enumerate(seq)]
-        return IterV(items, index, source, t)
+                items, index = [self.wrap(seq[j], seq_src.item(j, None)) for j in range(index, -1, -1)], 0
+            else:
+                items = [self.wrap(v, seq_src.item(i, None)) for i, v in enumerate(seq)]
+        it = IterV(items, index, source, t)
+        self.frame_iters[id(it)] = (it, index)  # advanced in place after the region
+        return it
 
     def _by_contents(self, value, source: S.Source) -> V:
         """A set, frozenset or dict view argument is folded at capture time (its operations run on

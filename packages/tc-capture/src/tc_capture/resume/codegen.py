@@ -59,7 +59,17 @@ def _make_fn(code, globals_, defaults, kwdefaults, closure, qualname):
     return fn
 
 
-_RUNTIME = {"NULL": NULL, "UNBOUND": UNBOUND, "_ResumeIter": ResumeIter, "_ModeExit": ModeExit,
+def _advance(it, n: int) -> None:
+    """Move an iterator read from the frame on by the ``n`` items the region took from it, in
+    place: every other reference to it (an attribute, a list, another local) sees the items gone."""
+    if type(it) is ResumeIter:
+        it.index += n
+    else:
+        for _ in range(n):
+            next(it, None)
+
+
+_RUNTIME = {"NULL": NULL, "UNBOUND": UNBOUND, "_ResumeIter": ResumeIter, "_ModeExit": ModeExit, "_advance": _advance,
             "_new_obj": _new_obj, "_make_fn": _make_fn, "_data_dict": _data_dict, "_cell": types.CellType,
             "_MethodType": types.MethodType, "_setattr": object.__setattr__,
             "_set_grad": __import__("torch")._C._set_grad_enabled, **RUNTIME_NAMES}
@@ -192,6 +202,8 @@ class Rebuild:
             return f"_MethodType({self.expr(v.func)}, {self.expr(v.self_v)})"
         if isinstance(v, MethodV):
             return f"{self.expr(v.self_v)}.{v.name}"
+        if isinstance(v, IterV) and v.source is not None:
+            return v.source.expr  # the frame's own iterator, advanced in place (``side_effects``)
         if isinstance(v, IterV):
             items = ", ".join(self.expr(x) for x in v.items)
             if v.cls in REAL_ITERATORS and _rebuildable(v):
@@ -228,6 +240,9 @@ class Rebuild:
                 writes.append(f"{self.expr(fn)}({', '.join(call)})")
         for v in session.mutated.values():
             writes += self._replay(v)
+        for v, start in session.frame_iters.values():
+            if v.index > start:
+                writes.append(f"_advance({v.source.expr}, {v.index - start})")
         self.lines += writes
 
     def _now(self, v: V) -> str:
