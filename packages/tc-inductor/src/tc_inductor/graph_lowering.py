@@ -110,10 +110,10 @@ class GraphLowering:
         self._add_computed(buf)
         return buf.value()
 
-    def realize_for_extern(self, value: TensorValue) -> BufferValue:
-        """Store ``value`` for an extern call (or for several readers). A view of a computed value is stored as its base,
-        in the base's own (eager) layout, and passed as a strided window, as eager passes views:
-        ``mm(x, t(w.to(bf16)))`` gets a transposed view of a row-major cast weight, whose rows
+    def realize_in_base_layout(self, value: TensorValue) -> BufferValue:
+        """Store ``value`` for an extern call or for several readers. A view of a computed value
+        is stored as its base, in the base's own (eager) layout, and passed as a strided window,
+        as eager passes views: ``mm(x, t(w.to(bf16)))`` gets a transposed view of a row-major cast weight, whose rows
         are 16-byte aligned for the vendor GEMM, not a transposed copy with odd leading dims."""
         if isinstance(value, Pointwise):
             # a value read by several externs (two matmuls reading one gradient) is stored once
@@ -440,7 +440,7 @@ class GraphLowering:
             self._realize_everything_pending()
             self._stored_bases.clear()  # later readers of a base must not see the mutation
         args, kwargs = tc_ir.map_structure(
-            (args, kwargs), lambda v: self.realize_for_extern(v) if isinstance(v, Pointwise) else v)
+            (args, kwargs), lambda v: self.realize_in_base_layout(v) if isinstance(v, Pointwise) else v)
         args, kwargs = self._aligned_operands(target, args, kwargs)
         name = self.new_name("extern")
         outputs = _extern_outputs(name, spec)
@@ -507,7 +507,7 @@ class GraphLowering:
         if isinstance(result, Pointwise) and len(node.users) > 1 and _expensive(result) and not _picked_apart(node):
             # a view (LLaMA's flattened normalised input to gate_proj and up_proj) is stored as
             # its base, in the base's shape: the kernel that computes the base can store it
-            return self.realize_for_extern(result)
+            return self.realize_in_base_layout(result)
         if isinstance(result, Pointwise) and node.users and _scalar_math(result):
             # one value computed with costly math (an optimizer's pow(beta, step) and bias
             # corrections) on the CPU: stored once, not recomputed for every element of each

@@ -45,15 +45,11 @@ class AttrMissing(Unsupported):
     pass
 
 
-def written_key(obj: V, name: str) -> tuple:
-    """Where ``session.attr_writes`` keeps a write of ``obj.name``: by the real object for one read
-    from the frame, so a write through one path (``p = o; p.v = 7``) is read through every other
-    (``o.v``), each of which is a ``Const`` of its own."""
-    return (id(obj.value) if isinstance(obj, Const) and obj.source is not None else id(obj)), name
-
-
 def _written(f, obj: Const) -> bool:
-    return any(key[0] == id(obj.value) for key in f.session.attr_writes)
+    """An attribute write of this capture is pending on ``obj`` (writes are kept by tracked value,
+    and an object read from the frame is one tracked value however many paths reach it:
+    ``Session._wrap_aliased``)."""
+    return any(key[0] == id(obj) for key in f.session.attr_writes)
 
 
 def _taken_dict(f, inst_dict: dict | None) -> V | None:
@@ -63,7 +59,7 @@ def _taken_dict(f, inst_dict: dict | None) -> V | None:
 
 
 def get_attr(f, obj: V, name: str) -> V:
-    overlay = f.session.attr_writes.get(written_key(obj, name))
+    overlay = f.session.attr_writes.get((id(obj), name))
     if overlay is not None:
         return overlay
     if isinstance(obj, TensorV):
@@ -420,7 +416,7 @@ def set_attr(f, obj: V, name: str, value: V) -> None:
     if isinstance(obj, Const) and obj.source is not None and not isinstance(obj.value, type):
         if _taken_dict(f, getattr(obj.value, "__dict__", None)) is not None:
             raise Unsupported(f"attribute {name!r} written on an object whose __dict__ this graph reads")
-        f.session.attr_writes[written_key(obj, name)] = value
+        f.session.attr_writes[(id(obj), name)] = value
         f.session.side_effects.append(("setattr", obj, name, value))
         return
     raise Unsupported(f"attribute assignment .{name} on {type(obj).__name__}")

@@ -398,7 +398,7 @@ def _copyable_record(f, v: Const) -> bool:
     value = v.value
     return v.source is not None and not isinstance(value, (type, types.ModuleType, torch.nn.Module)) \
         and isinstance(getattr(value, "__dict__", None), dict) and _plain_copy(type(value)) \
-        and _plain_data(vars(value)) and not any(k[0] == id(value) for k in f.session.attr_writes)
+        and _plain_data(vars(value)) and not any(k[0] == id(v) for k in f.session.attr_writes)
 
 
 def _plain_copy(cls: type) -> bool:
